@@ -1,0 +1,148 @@
+package edge
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/window/aggregate"
+)
+
+// ReplayConfig says what Replay reads and where its outputs go.
+type ReplayConfig struct {
+	Pipeline *operators.Pipeline
+	Input    io.Reader // JSON lines: one payload per line, file order is arrival order
+	Results  io.Writer // window results as JSON lines
+	Late     io.Writer // late records as JSON lines, each with its reason
+	Dead     io.Writer // dead letters as JSON lines, each with its reason
+	Runtime  operators.Options
+	// MaxLine bounds one payload; a longer line is a dead letter. Default 1 MiB.
+	MaxLine int
+}
+
+// Replay runs a pipeline over a recorded stream and writes every result it
+// emits, as `runnel-edge replay` does. Line numbers (from 1) are the records'
+// offsets. At end of input the watermark advances to the end of time and
+// every open window fires. Empty lines are skipped.
+func Replay(ctx context.Context, cfg ReplayConfig) (operators.Stats, error) {
+	if cfg.MaxLine <= 0 {
+		cfg.MaxLine = 1 << 20
+	}
+	sink := newJSONLines(cfg.Pipeline, cfg.Results, cfg.Late, cfg.Dead)
+	rt := operators.Start(ctx, cfg.Pipeline, sink, cfg.Runtime)
+	err := feedLines(cfg.Input, cfg.MaxLine, rt)
+	stats, cerr := rt.Close(err == nil)
+	if err == nil {
+		err = cerr
+	}
+	if ferr := sink.flush(); err == nil {
+		err = ferr
+	}
+	return stats, err
+}
+
+func feedLines(in io.Reader, maxLine int, rt *operators.Runtime) error {
+	br := bufio.NewReaderSize(in, 64<<10)
+	var line int64
+	var long []byte
+	for {
+		b, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A line longer than the buffer: collect it, up to maxLine.
+			long = append(long[:0], b...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				b, err = br.ReadSlice('\n')
+				if len(long) <= maxLine {
+					long = append(long, b...)
+				}
+			}
+			b = long
+		}
+		if len(b) > 0 {
+			line++
+			p := trimEOL(b)
+			switch {
+			case len(p) > maxLine:
+				reason := fmt.Sprintf("line longer than %d bytes (first %d kept here)", maxLine, min(len(p), 1024))
+				if ierr := rt.Reject(p[:min(len(p), 1024)], "", line, reason); ierr != nil {
+					return ierr
+				}
+			case len(p) > 0:
+				if ierr := rt.Ingest(p, "", line); ierr != nil {
+					return ierr
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("edge: replay: read line %d: %w", line+1, err)
+		}
+	}
+}
+
+func trimEOL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// jsonLines is the Sink of replay: one JSON object per line on each output.
+type jsonLines struct {
+	p                *operators.Pipeline
+	res, late, dead  *bufio.Writer
+	st               *aggregate.State
+	buf              []byte
+}
+
+func newJSONLines(p *operators.Pipeline, res, late, dead io.Writer) *jsonLines {
+	s := &jsonLines{p: p, st: p.Aggregates.New()}
+	s.res = bufio.NewWriterSize(orDiscard(res), 64<<10)
+	s.late = bufio.NewWriterSize(orDiscard(late), 4<<10)
+	s.dead = bufio.NewWriterSize(orDiscard(dead), 4<<10)
+	return s
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func (s *jsonLines) Result(r *operators.Result) error {
+	var err error
+	s.buf, err = s.p.AppendResultJSON(s.buf[:0], r, s.st)
+	if err != nil {
+		return err
+	}
+	s.buf = append(s.buf, '\n')
+	_, err = s.res.Write(s.buf)
+	return err
+}
+
+func (s *jsonLines) Late(l *operators.Late) error {
+	var err error
+	s.buf, err = s.p.AppendLateJSON(s.buf[:0], l)
+	if err != nil {
+		return err
+	}
+	s.buf = append(s.buf, '\n')
+	_, err = s.late.Write(s.buf)
+	return err
+}
+
+func (s *jsonLines) Dead(d *operators.DeadLetter) error {
+	s.buf = append(s.p.AppendDeadJSON(s.buf[:0], d), '\n')
+	_, err := s.dead.Write(s.buf)
+	return err
+}
+
+func (s *jsonLines) flush() error {
+	return errors.Join(s.res.Flush(), s.late.Flush(), s.dead.Flush())
+}

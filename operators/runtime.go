@@ -1,0 +1,425 @@
+package operators
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/runnel-io/runnel/window"
+	"github.com/runnel-io/runnel/window/aggregate"
+)
+
+// Options tune a Runtime; the zero value means defaults.
+type Options struct {
+	Workers   int // window workers; default GOMAXPROCS
+	KeyGroups int // fixed number of key groups keys hash into; default 128
+	BatchSize int // records per batch between goroutines; default 512
+	Depth     int // batches in flight per channel; default 4
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.KeyGroups <= 0 {
+		o.KeyGroups = 128
+	}
+	o.Workers = min(o.Workers, o.KeyGroups)
+	if o.BatchSize <= 0 {
+		o.BatchSize = 512
+	}
+	if o.Depth <= 0 {
+		o.Depth = 4
+	}
+}
+
+// Stats counts what a Runtime did.
+type Stats struct {
+	In       uint64 // payloads ingested
+	Dead     uint64 // payloads sent to the dead-letter output
+	Filtered uint64 // records the filter dropped
+	Late     uint64 // records too late for every window
+	Results  uint64 // window results emitted, all versions
+	Updates  uint64 // results with version > 1
+}
+
+// Runtime runs one Pipeline: the caller's goroutine ingests payloads
+// (decode, watermark, route by key group), Workers goroutines run the window
+// operators of their key groups, and one goroutine hands outputs to the Sink.
+//
+// Records move in batches over bounded channels. A full channel blocks the
+// sender, so a slow Sink stops the workers, which stop the ingesting
+// goroutine: back-pressure reaches the source. Every record carries the
+// watermark that held when it arrived, and workers advance to it before
+// adding the record, so results do not depend on how records were batched.
+//
+// Ingest, Flush, Tick and Close must be called from one goroutine.
+type Runtime struct {
+	p    *Pipeline
+	opts Options
+	sink Sink
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	eg      *errgroup.Group
+	workers []*worker
+	out     chan *outBatch
+	outFree chan *outBatch
+	outDone chan error
+
+	dec     *Decoder
+	rec     *Record
+	wms     *window.Watermarks
+	cur     []*batch
+	sentWM  []int64
+	ob      *outBatch
+	stats   Stats
+	closed  bool
+	lastErr error
+}
+
+// Start starts the workers and the output goroutine. ctx cancels the
+// Runtime; Close must be called in any case.
+func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) *Runtime {
+	opts.ensureDefaults()
+	ctx, cancel := context.WithCancel(ctx)
+	eg, ctx := errgroup.WithContext(ctx)
+	r := &Runtime{
+		p: p, opts: opts, sink: sink, ctx: ctx, cancel: cancel, eg: eg,
+		out:     make(chan *outBatch, opts.Depth*opts.Workers),
+		outFree: make(chan *outBatch, opts.Depth*opts.Workers+opts.Workers+2),
+		outDone: make(chan error, 1),
+		dec:     p.NewDecoder(),
+		rec:     p.NewRecord(),
+		wms:     window.NewWatermarks(1, p.MaxOOO, p.Idle, time.Now()),
+		cur:     make([]*batch, opts.Workers),
+		sentWM:  make([]int64, opts.Workers),
+	}
+	for range cap(r.outFree) {
+		r.outFree <- &outBatch{}
+	}
+	for i := range opts.Workers {
+		w := newWorker(r)
+		r.workers = append(r.workers, w)
+		r.sentWM[i] = window.MinTime
+		eg.Go(func() error { return w.run(ctx) })
+	}
+	go func() { r.outDone <- r.output() }()
+	return r
+}
+
+// Ingest decodes one payload and routes it to its worker. It blocks while
+// that worker's channel is full. offset is the payload's source position,
+// reported with late records and dead letters. A bad payload goes to the
+// dead-letter output and is not an error; the error is the Runtime's
+// failure (cancelled, Sink failed).
+func (r *Runtime) Ingest(payload []byte, topic string, offset int64) error {
+	if err := r.ctx.Err(); err != nil {
+		return r.failure(err)
+	}
+	r.stats.In++
+	rec := r.rec
+	if err := r.dec.Decode(payload, topic, rec); err != nil {
+		if errors.Is(err, ErrFiltered) {
+			r.stats.Filtered++
+			return nil
+		}
+		r.stats.Dead++
+		return r.dead(offset, topic, payload, err)
+	}
+	wm := r.wms.Observe(0, rec.Time)
+	w := int(rec.Hash%uint64(r.opts.KeyGroups)) * r.opts.Workers / r.opts.KeyGroups
+	b := r.cur[w]
+	if b == nil {
+		var err error
+		if b, err = r.getBatch(w); err != nil {
+			return err
+		}
+	}
+	b.add(rec, wm, offset)
+	if b.n == r.opts.BatchSize {
+		return r.send(w, wm)
+	}
+	return nil
+}
+
+// Reject sends a payload the source itself could not accept (too long, say)
+// to the dead-letter output with the reason.
+func (r *Runtime) Reject(payload []byte, topic string, offset int64, reason string) error {
+	if err := r.ctx.Err(); err != nil {
+		return r.failure(err)
+	}
+	r.stats.In++
+	r.stats.Dead++
+	return r.dead(offset, topic, payload, errors.New(reason))
+}
+
+// Flush sends every partly filled batch, and the current watermark to every
+// worker, so results up to the watermark come out.
+func (r *Runtime) Flush() error {
+	wm := r.wms.Current()
+	for w := range r.workers {
+		if r.cur[w] == nil && r.sentWM[w] == wm {
+			continue
+		}
+		if r.cur[w] == nil {
+			if _, err := r.getBatch(w); err != nil {
+				return err
+			}
+		}
+		if err := r.send(w, wm); err != nil {
+			return err
+		}
+	}
+	return r.flushOut()
+}
+
+// Tick tells the Runtime the processing time (idle detection) and flushes.
+func (r *Runtime) Tick(now time.Time) error {
+	r.wms.Tick(now)
+	return r.Flush()
+}
+
+// Watermark returns the current watermark.
+func (r *Runtime) Watermark() int64 { return r.wms.Current() }
+
+// Close stops the Runtime and waits for its goroutines. With endOfInput the
+// watermark first advances to window.MaxTime, so every open window fires;
+// without, open windows are left unfired (their state is lost unless a
+// checkpoint kept it). It returns the counters and the first failure.
+func (r *Runtime) Close(endOfInput bool) (Stats, error) {
+	if r.closed {
+		return r.stats, r.lastErr
+	}
+	r.closed = true
+	var err error
+	if endOfInput && r.ctx.Err() == nil {
+		err = r.flushOut()
+		for w := range r.workers {
+			if err != nil {
+				break
+			}
+			b := r.cur[w]
+			if b == nil {
+				if b, err = r.getBatch(w); err != nil {
+					break
+				}
+			}
+			b.eof = true
+			err = r.send(w, window.MaxTime)
+		}
+	} else {
+		r.cancel()
+	}
+	if werr := r.eg.Wait(); werr != nil && !errors.Is(werr, context.Canceled) {
+		err = werr
+	}
+	close(r.out)
+	if oerr := <-r.outDone; oerr != nil {
+		err = oerr
+	}
+	r.cancel()
+	if err != nil && !(errors.Is(err, context.Canceled) && !endOfInput) {
+		r.lastErr = err
+	}
+	for _, w := range r.workers {
+		s := w.op.Stats()
+		r.stats.Late += s.Late
+		r.stats.Results += s.Emitted
+		r.stats.Updates += s.Updates
+	}
+	return r.stats, r.lastErr
+}
+
+func (r *Runtime) failure(err error) error {
+	if cause := context.Cause(r.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+func (r *Runtime) getBatch(w int) (*batch, error) {
+	select {
+	case b := <-r.workers[w].free:
+		b.reset()
+		r.cur[w] = b
+		return b, nil
+	case <-r.ctx.Done():
+		return nil, r.failure(r.ctx.Err())
+	}
+}
+
+func (r *Runtime) send(w int, wm int64) error {
+	b := r.cur[w]
+	b.wm = wm
+	r.cur[w] = nil
+	r.sentWM[w] = wm
+	select {
+	case r.workers[w].in <- b:
+		return nil
+	case <-r.ctx.Done():
+		return r.failure(r.ctx.Err())
+	}
+}
+
+func (r *Runtime) dead(offset int64, topic string, payload []byte, reason error) error {
+	if r.ob == nil {
+		select {
+		case r.ob = <-r.outFree:
+		case <-r.ctx.Done():
+			return r.failure(r.ctx.Err())
+		}
+	}
+	r.ob.addDead(offset, topic, payload, reason.Error())
+	if r.ob.full() {
+		return r.flushOut()
+	}
+	return nil
+}
+
+func (r *Runtime) flushOut() error {
+	if r.ob == nil {
+		return nil
+	}
+	ob := r.ob
+	r.ob = nil
+	select {
+	case r.out <- ob:
+		return nil
+	case <-r.ctx.Done():
+		return r.failure(r.ctx.Err())
+	}
+}
+
+// output hands every output batch to the Sink, in the order batches arrive.
+func (r *Runtime) output() error {
+	for ob := range r.out {
+		if err := ob.deliver(r.sink); err != nil {
+			r.cancel()
+			r.drain()
+			return fmt.Errorf("operators: sink: %w", err)
+		}
+		ob.reset()
+		r.outFree <- ob
+	}
+	return nil
+}
+
+func (r *Runtime) drain() {
+	for ob := range r.out {
+		ob.reset()
+		r.outFree <- ob
+	}
+}
+
+// worker owns the window operator of a range of key groups.
+type worker struct {
+	r    *Runtime
+	in   chan *batch
+	free chan *batch
+	op   *window.Operator
+	ob   *outBatch
+	ctx  context.Context
+	err  error
+	in1  aggregate.Input
+}
+
+func newWorker(r *Runtime) *worker {
+	w := &worker{
+		r:    r,
+		in:   make(chan *batch, r.opts.Depth),
+		free: make(chan *batch, r.opts.Depth+2),
+	}
+	for range cap(w.free) {
+		w.free <- newBatch(r.opts.BatchSize, len(r.p.numInputs), len(r.p.hashInput))
+	}
+	op, err := window.NewOperator(window.Config{
+		Assigner:   r.p.Assigner,
+		Lateness:   r.p.Lateness,
+		Aggregates: r.p.Aggregates,
+		Emit:       w.emit,
+	})
+	if err != nil {
+		panic(err) // Compile validated the assigner
+	}
+	w.op = op
+	return w
+}
+
+func (w *worker) run(ctx context.Context) error {
+	w.ctx = ctx
+	for {
+		var b *batch
+		select {
+		case b = <-w.in:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for i := range b.n {
+			w.op.Advance(b.wms[i])
+			w.in1 = aggregate.Input{Time: b.times[i], Nums: b.numsOf(i), Hashes: b.hashesOf(i)}
+			if !w.op.Add(b.key(i), b.hashes[i], &w.in1) {
+				w.late(b.key(i), b.times[i], w.op.Watermark(), b.offsets[i])
+			}
+		}
+		w.op.Advance(b.wm)
+		if w.err == nil && w.ob != nil {
+			w.sendOut()
+		}
+		eof := b.eof
+		w.free <- b
+		if w.err != nil {
+			return w.err
+		}
+		if eof {
+			return nil
+		}
+	}
+}
+
+func (w *worker) outBatch() *outBatch {
+	if w.ob == nil {
+		select {
+		case w.ob = <-w.r.outFree:
+		case <-w.ctx.Done():
+			w.err = w.ctx.Err()
+			return nil
+		}
+	}
+	return w.ob
+}
+
+func (w *worker) sendOut() {
+	select {
+	case w.r.out <- w.ob:
+		w.ob = nil
+	case <-w.ctx.Done():
+		w.err = w.ctx.Err()
+	}
+}
+
+func (w *worker) emit(res *window.Result) {
+	ob := w.outBatch()
+	if ob == nil {
+		return
+	}
+	ob.addResult(w.r.p.Aggregates, res)
+	if ob.full() {
+		w.sendOut()
+	}
+}
+
+func (w *worker) late(key []byte, t, wm, offset int64) {
+	ob := w.outBatch()
+	if ob == nil {
+		return
+	}
+	ob.addLate(key, t, wm, offset)
+	if ob.full() {
+		w.sendOut()
+	}
+}

@@ -1,0 +1,280 @@
+package aggregate
+
+import (
+	"fmt"
+
+	"github.com/axiomhq/hyperloglog"
+)
+
+// State is one partial aggregate of a Set: the scalar aggregates in one flat
+// []float64, plus one sketch per Distinct and Quantile aggregate (only when
+// the Set has them). The zero State is not usable; get one from Set.New.
+//
+// A State is not safe for concurrent use, and not even its read-only looking
+// methods may run concurrently: Result and AppendEncode compact sketches in
+// place.
+type State struct {
+	records uint64    // records added, plus records of merged states; count() reads it
+	vals    []float64 // scalar slots, laid out by Set.aggs[i].off
+
+	hll    []*hyperloglog.Sketch // per Distinct aggregate
+	hllTmp []*hyperloglog.Sketch // Decode/MergeEncoded: sketches validated before they are applied
+	qs     []*qsketch            // per Quantile aggregate
+	qsAt   []int                 // Decode/MergeEncoded: offset of each quantile block, found by the validating pass
+}
+
+// New returns an empty State for s. It allocates.
+func (s *Set) New() *State {
+	st := &State{vals: append([]float64(nil), s.zero...)}
+	if s.nHLL > 0 {
+		st.hll = make([]*hyperloglog.Sketch, s.nHLL)
+		st.hllTmp = make([]*hyperloglog.Sketch, s.nHLL)
+		for i := range st.hll {
+			st.hll[i] = s.newHLL()
+			st.hllTmp[i] = new(hyperloglog.Sketch)
+		}
+	}
+	if s.nQuant > 0 {
+		st.qs = make([]*qsketch, s.nQuant)
+		st.qsAt = make([]int, s.nQuant)
+		for i := range st.qs {
+			st.qs[i] = s.quant.newSketch()
+		}
+	}
+	return st
+}
+
+func (s *Set) newHLL() *hyperloglog.Sketch {
+	sk, err := hyperloglog.NewSketch(s.hllP, true)
+	if err != nil {
+		panic(fmt.Sprintf("aggregate: HyperLogLog precision %d passed validation: %v", s.hllP, err))
+	}
+	return sk
+}
+
+// Reset empties st, keeping its memory: the scalar slots are reset and the
+// sketches cleared in place. One exception: a HyperLogLog sketch that may
+// have switched to its dense form (2^p registers) is replaced by a fresh
+// sparse one, because a cleared dense sketch stays dense, and would then
+// encode every later partial in 2^p bytes and estimate even tiny
+// cardinalities inexactly, making results depend on the State's history.
+func (s *Set) Reset(st *State) {
+	st.records = 0
+	for _, a := range s.aggs {
+		switch a.fn {
+		case Distinct:
+			s.resetHLL(st, a)
+		case Quantile:
+			st.qs[a.sk].reset()
+		}
+	}
+	copy(st.vals, s.zero)
+}
+
+// resetHLL must run before vals are reset: it reads the aggregate's n.
+func (s *Set) resetHLL(st *State, a agg) {
+	// The sparse list turns dense once it holds more than 2^p bytes, and a
+	// key takes at most 5 bytes, so a sketch that absorbed fewer than 2^p/5
+	// hashes is still sparse (unless a foreign encoding handed it a dense
+	// one, which is merely wasteful).
+	if st.vals[a.off] >= float64(uint64(1)<<s.hllP/5) {
+		st.hll[a.sk] = s.newHLL()
+		return
+	}
+	st.hll[a.sk].Reset()
+}
+
+// Empty reports whether no record was added to st or merged into it since
+// it was created or Reset.
+func (s *Set) Empty(st *State) bool { return st.records == 0 }
+
+// Input is one record as the aggregates see it. NaN in Nums means null
+// (missing): numeric aggregates skip it, count() still counts the record. A
+// zero in Hashes means null (the decoder maps a real 0 hash to 1).
+type Input struct {
+	Time   int64 // event time, unix ms
+	Nums   []float64
+	Hashes []uint64
+}
+
+// Add adds one record to st. in.Nums must hold at least NumInputs() values
+// and in.Hashes at least HashInputs(); Add panics otherwise, like any slice
+// index out of range.
+//
+// Add does not allocate for the scalar aggregates (count through last).
+// Distinct and Quantile allocate now and then, when a sketch grows.
+func (s *Set) Add(st *State, in *Input) {
+	st.records++
+	v := st.vals
+	nums := in.Nums
+	for i := range s.adds {
+		a := &s.adds[i]
+		o := a.off
+		if a.fn == Distinct {
+			if h := in.Hashes[a.in]; h != 0 {
+				st.hll[a.sk].InsertHash(h)
+				v[o]++
+			}
+			continue
+		}
+		x := nums[a.in]
+		if x != x { // NaN: null
+			continue
+		}
+		switch a.fn {
+		case Count:
+			v[o]++
+		case Sum, Avg:
+			v[o]++
+			v[o+1] += x
+		case Min:
+			// x+0 turns -0 into +0: otherwise min(-0, +0) would depend on
+			// the order the two arrive in, and Merge would not commute.
+			x += 0
+			v[o]++
+			if x < v[o+1] {
+				v[o+1] = x
+			}
+		case Max:
+			x += 0
+			v[o]++
+			if x > v[o+1] {
+				v[o+1] = x
+			}
+		case Variance, Stddev:
+			// Welford: numerically stable, one pass, no sum of squares to
+			// cancel catastrophically for readings far from zero.
+			n := v[o] + 1
+			d := x - v[o+1]
+			mean := v[o+1] + d/n
+			v[o] = n
+			v[o+1] = mean
+			v[o+2] += d * (x - mean)
+		case First:
+			x += 0
+			t := in.Time
+			if ct := slotTime(v[o+1]); t < ct || t == ct && x < v[o+2] {
+				v[o+1] = timeSlot(t)
+				v[o+2] = x
+			}
+			v[o]++
+		case Last:
+			x += 0
+			t := in.Time
+			if ct := slotTime(v[o+1]); t > ct || t == ct && x > v[o+2] {
+				v[o+1] = timeSlot(t)
+				v[o+2] = x
+			}
+			v[o]++
+		case Quantile:
+			if st.qs[a.sk].add(&s.quant, x) {
+				v[o]++
+			}
+		}
+	}
+}
+
+// Merge merges src into dst: afterwards dst is what it would be had it been
+// given src's records too. Merge is associative and commutative (exactly
+// for count, min, max, first, last, distinct and quantile; up to float
+// rounding for sum, avg, variance and stddev). src is not changed. Merge
+// does not allocate for the scalar aggregates.
+func (s *Set) Merge(dst, src *State) {
+	dst.records += src.records
+	mergeVals(s.adds, dst.vals, src.vals)
+	for _, a := range s.adds {
+		if src.vals[a.off] == 0 {
+			continue
+		}
+		switch a.fn {
+		case Distinct:
+			if err := dst.hll[a.sk].Merge(src.hll[a.sk]); err != nil {
+				panic("aggregate: merge of sketches of one Set: " + err.Error())
+			}
+		case Quantile:
+			dst.qs[a.sk].merge(src.qs[a.sk])
+		}
+	}
+}
+
+// mergeVals merges the scalar slots sv into dv.
+func mergeVals(aggs []agg, dv, sv []float64) {
+	for i := range aggs {
+		a := &aggs[i]
+		o := a.off
+		switch a.fn {
+		case Count, Distinct, Quantile:
+			dv[o] += sv[o]
+		case Sum, Avg:
+			dv[o] += sv[o]
+			dv[o+1] += sv[o+1]
+		case Min:
+			dv[o] += sv[o]
+			if sv[o+1] < dv[o+1] {
+				dv[o+1] = sv[o+1]
+			}
+		case Max:
+			dv[o] += sv[o]
+			if sv[o+1] > dv[o+1] {
+				dv[o+1] = sv[o+1]
+			}
+		case Variance, Stddev:
+			// Chan, Golub, LeVeque: combine (n, mean, M2) of two parts.
+			nb := sv[o]
+			if nb == 0 {
+				continue
+			}
+			na := dv[o]
+			if na == 0 {
+				copy(dv[o:o+3], sv[o:o+3])
+				continue
+			}
+			n := na + nb
+			d := sv[o+1] - dv[o+1]
+			dv[o] = n
+			dv[o+1] += d * (nb / n)
+			dv[o+2] += sv[o+2] + d*d*(na*nb/n)
+		case First:
+			if sv[o] == 0 {
+				continue
+			}
+			dv[o] += sv[o]
+			if t, ct := slotTime(sv[o+1]), slotTime(dv[o+1]); t < ct || t == ct && sv[o+2] < dv[o+2] {
+				dv[o+1] = sv[o+1]
+				dv[o+2] = sv[o+2]
+			}
+		case Last:
+			if sv[o] == 0 {
+				continue
+			}
+			dv[o] += sv[o]
+			if t, ct := slotTime(sv[o+1]), slotTime(dv[o+1]); t > ct || t == ct && sv[o+2] > dv[o+2] {
+				dv[o+1] = sv[o+1]
+				dv[o+2] = sv[o+2]
+			}
+		}
+	}
+}
+
+// CopyTo makes dst equal to src, reusing dst's memory like Reset does.
+func (s *Set) CopyTo(dst, src *State) {
+	if dst == src {
+		return
+	}
+	for _, a := range s.adds {
+		switch a.fn {
+		case Distinct:
+			s.resetHLL(dst, a)
+			if src.vals[a.off] > 0 {
+				if err := dst.hll[a.sk].Merge(src.hll[a.sk]); err != nil {
+					panic("aggregate: merge of sketches of one Set: " + err.Error())
+				}
+			}
+		case Quantile:
+			dst.qs[a.sk].reset()
+			dst.qs[a.sk].merge(src.qs[a.sk])
+		}
+	}
+	dst.records = src.records
+	copy(dst.vals, src.vals)
+}
