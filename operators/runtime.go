@@ -360,6 +360,10 @@ func (w *worker) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		for i := range b.n {
+			if i%window.PrefetchMax == 0 {
+				j := min(i+window.PrefetchMax, b.n)
+				w.op.Prefetch(b.hashes[i:j], b.times[i:j])
+			}
 			w.op.Advance(b.wms[i])
 			w.in1 = aggregate.Input{Time: b.times[i], Nums: b.numsOf(i), Hashes: b.hashesOf(i)}
 			if !w.op.Add(b.key(i), b.hashes[i], &w.in1) {

@@ -1,148 +1,325 @@
 package window
 
-import "github.com/runnel-io/runnel/window/aggregate"
+import (
+	"math/bits"
+
+	"github.com/runnel-io/runnel/window/aggregate"
+)
 
 // Aligned windows (tumbling and sliding) keep one partial aggregate per
 // (key, slice). A tumbling window is one slice; a sliding window of size S
 // and slide D is S/g consecutive slices of length g = gcd(S, D), so each
 // event is added to exactly one partial however many windows overlap it,
 // and firing a window merges its slices.
+//
+// The partials of one slice form a slab: an array indexed by key index, cut
+// in chunks allocated on first use, with a bitmap of the keys that have data.
+// Firing walks the bitmaps in key order, so it streams through memory, and
+// dropping a slice past its lateness recycles the whole slab.
 
-func (o *Operator) addAligned(k *keyState, in *aggregate.Input) bool {
+const (
+	chunkBits = 10
+	chunkSize = 1 << chunkBits
+	chunkMask = chunkSize - 1
+)
+
+type slab struct {
+	end    int64
+	chunks []*chunk // chunk c holds key indexes [c*chunkSize, (c+1)*chunkSize)
+}
+
+type chunk struct {
+	states []aggregate.State
+	bits   [chunkSize / 64]uint64 // keys with data
+	n      int                    // bits set
+}
+
+// state returns key idx's partial in the slab, marking it as holding data.
+func (o *Operator) slabState(sb *slab, idx int32) *aggregate.State {
+	c := int(idx >> chunkBits)
+	for len(sb.chunks) <= c {
+		sb.chunks = append(sb.chunks, nil)
+	}
+	ch := sb.chunks[c]
+	if ch == nil {
+		ch = &chunk{states: o.aggs.NewStates(chunkSize)}
+		sb.chunks[c] = ch
+	}
+	i := idx & chunkMask
+	if w, b := i>>6, uint64(1)<<(i&63); ch.bits[w]&b == 0 {
+		ch.bits[w] |= b
+		ch.n++
+	}
+	return &ch.states[i]
+}
+
+// has returns key idx's partial in the slab, or nil when it has no data.
+func (sb *slab) has(idx int32) *aggregate.State {
+	c := int(idx >> chunkBits)
+	if c >= len(sb.chunks) || sb.chunks[c] == nil {
+		return nil
+	}
+	ch := sb.chunks[c]
+	i := idx & chunkMask
+	if ch.bits[i>>6]&(1<<(i&63)) == 0 {
+		return nil
+	}
+	return &ch.states[i]
+}
+
+// slab returns the slab of the slice ending at se, creating it.
+func (o *Operator) slab(se int64) *slab {
+	i := len(o.slabs)
+	for i > 0 && o.slabs[i-1].end >= se {
+		if o.slabs[i-1].end == se {
+			return o.slabs[i-1]
+		}
+		i--
+	}
+	var sb *slab
+	if n := len(o.freeSlabs); n > 0 {
+		sb = o.freeSlabs[n-1]
+		o.freeSlabs = o.freeSlabs[:n-1]
+	} else {
+		sb = &slab{}
+	}
+	sb.end = se
+	o.slabs = append(o.slabs, nil)
+	copy(o.slabs[i+1:], o.slabs[i:])
+	o.slabs[i] = sb
+	o.planAligned()
+	return sb
+}
+
+func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
 	se := o.sl.sliceEnd(in.Time)
 	le := o.sl.lastEnd(se)
 	if addSat(le, o.lateness) <= o.wm {
 		return false // every window holding this slice has closed
 	}
+	o.aggs.Add(o.slabState(o.slab(se), idx), in)
+	k := &o.keys[idx]
+	k.lastSlice = max(k.lastSlice, se)
 	fe := o.sl.firstEnd(se)
-	// Advance has fired every window of this key that ends at or before wm.
-	k.firedThrough = max(k.firedThrough, o.wm)
-	st, created := o.sliceState(k, se)
-	o.aggs.Add(st, in)
 	if fe > o.wm {
-		if created {
-			o.want(k, fe) // its first window is the earliest new work
-		}
-		return true
+		return true // its windows fire when the watermark reaches them
 	}
 	// Late: windows of this slice that already fired (or were complete
 	// without data) and are still within lateness emit their next version
 	// now; the ones still open fire later.
-	next := addSat(le, o.lateness) // the slice's purge
-	if le > o.wm {
-		next = min(next, o.sl.endAtOrAfter(o.wm+1)) // its first open window
-	}
 	for e := fe; e <= le && e <= o.wm; e += o.sl.slide {
 		if addSat(e, o.lateness) > o.wm {
-			o.emitAligned(k, e)
-			next = min(next, addSat(e, o.lateness)) // forgetting its version
+			o.emitAligned(idx, e)
 		}
 	}
-	o.want(k, next)
 	return true
 }
 
-// sliceState returns k's partial for the slice ending at se, creating it.
-func (o *Operator) sliceState(k *keyState, se int64) (*aggregate.State, bool) {
-	i := len(k.slices)
-	for i > 0 && k.slices[i-1].end >= se {
-		if k.slices[i-1].end == se {
-			return k.slices[i-1].st, false
-		}
-		i--
+// planAligned computes nextWork: the earliest watermark at which a window
+// with data ends or a slab passes its lateness.
+func (o *Operator) planAligned() {
+	o.nextWork = MaxTime
+	if len(o.slabs) == 0 {
+		return
 	}
-	st := o.getState()
-	k.slices = append(k.slices, slice{})
-	copy(k.slices[i+1:], k.slices[i:])
-	k.slices[i] = slice{end: se, st: st}
-	return st, true
+	o.nextWork = addSat(o.sl.lastEnd(o.slabs[0].end), o.lateness)
+	if o.firedThrough == MaxTime {
+		return
+	}
+	for _, sb := range o.slabs {
+		e := o.sl.firstEnd(sb.end)
+		if e <= o.firedThrough {
+			e = o.sl.endAtOrAfter(o.firedThrough + 1)
+		}
+		if e <= o.sl.lastEnd(sb.end) {
+			o.nextWork = min(o.nextWork, e)
+			return
+		}
+	}
 }
 
-// processAligned fires k's windows that end in (firedThrough, wm], drops
-// what is past lateness and registers k for its next work.
-func (o *Operator) processAligned(k *keyState) {
+// advanceAligned fires every window with data that ends in
+// (firedThrough, wm], in window order, then drops slabs past lateness and
+// forgets idle keys.
+func (o *Operator) advanceAligned() {
 	hi := o.wm
-	if len(k.slices) > 0 && k.firedThrough < hi {
-		e := o.sl.firstEnd(k.slices[0].end)
-		if k.firedThrough >= e {
-			e = o.sl.endAtOrAfter(k.firedThrough + 1)
+	if len(o.slabs) > 0 && o.firedThrough < hi {
+		e := o.sl.firstEnd(o.slabs[0].end)
+		if o.firedThrough >= e {
+			e = o.sl.endAtOrAfter(o.firedThrough + 1)
 		}
 		i := 0
 		for e <= hi {
-			for i < len(k.slices) && k.slices[i].end <= e-o.sl.size {
+			for i < len(o.slabs) && o.slabs[i].end <= e-o.sl.size {
 				i++
 			}
-			if i == len(k.slices) {
+			if i == len(o.slabs) {
 				break
 			}
-			if k.slices[i].end > e {
-				e = o.sl.firstEnd(k.slices[i].end) // no data in window e: skip ahead
+			if o.slabs[i].end > e {
+				e = o.sl.firstEnd(o.slabs[i].end) // no data in window e: skip ahead
 				continue
 			}
-			o.emitAligned(k, e)
+			o.fireWindow(e, i)
 			if e > MaxTime-o.sl.slide {
 				break
 			}
 			e += o.sl.slide
 		}
 	}
-	k.firedThrough = hi
-	// Purge: slices whose last window is past lateness, then versions.
+	o.firedThrough = hi
 	n := 0
-	for n < len(k.slices) && addSat(o.sl.lastEnd(k.slices[n].end), o.lateness) <= o.wm {
-		o.putState(k.slices[n].st)
+	for n < len(o.slabs) && addSat(o.sl.lastEnd(o.slabs[n].end), o.lateness) <= o.wm {
+		o.recycle(o.slabs[n])
 		n++
 	}
 	if n > 0 {
-		m := copy(k.slices, k.slices[n:])
-		clear(k.slices[m:])
-		k.slices = k.slices[:m]
+		m := copy(o.slabs, o.slabs[n:])
+		clear(o.slabs[m:])
+		o.slabs = o.slabs[:m]
 	}
-	n = 0
+	if o.wm >= o.nextSweep {
+		o.sweepAligned()
+	}
+	o.planAligned()
+}
+
+// fireWindow emits, for every key with data in it, the window ending at e.
+// Its slabs start at o.slabs[first]. A sliding window merges its slabs chunk
+// by chunk into an accumulator chunk, so every slab is read sequentially.
+func (o *Operator) fireWindow(e int64, first int) {
+	last := first
+	for last+1 < len(o.slabs) && o.slabs[last+1].end <= e {
+		last++
+	}
+	cover := o.slabs[first : last+1]
+	nchunks := 0
+	for _, sb := range cover {
+		nchunks = max(nchunks, len(sb.chunks))
+	}
+	for c := range nchunks {
+		var union [chunkSize / 64]uint64
+		for _, sb := range cover {
+			if c < len(sb.chunks) && sb.chunks[c] != nil && sb.chunks[c].n > 0 {
+				for w, x := range sb.chunks[c].bits {
+					union[w] |= x
+				}
+			}
+		}
+		var acc []aggregate.State
+		if len(cover) > 1 {
+			if o.acc == nil {
+				o.acc = o.aggs.NewStates(chunkSize)
+			}
+			acc = o.acc
+			for _, sb := range cover {
+				if c >= len(sb.chunks) || sb.chunks[c] == nil || sb.chunks[c].n == 0 {
+					continue
+				}
+				ch := sb.chunks[c]
+				for w, x := range ch.bits {
+					for x != 0 {
+						i := w<<6 | bits.TrailingZeros64(x)
+						x &= x - 1
+						o.aggs.Merge(&acc[i], &ch.states[i])
+					}
+				}
+			}
+		}
+		for w, x := range union {
+			for x != 0 {
+				i := w<<6 | bits.TrailingZeros64(x)
+				x &= x - 1
+				idx := int32(c<<chunkBits | i)
+				var version uint32 = 1
+				if addSat(e, o.lateness) > o.wm {
+					version = o.bumpVersion(idx, e)
+				}
+				if acc != nil {
+					o.emitResult(idx, e-o.sl.size, e, version, &acc[i])
+					o.aggs.Reset(&acc[i])
+				} else {
+					o.emitResult(idx, e-o.sl.size, e, version, &cover[0].chunks[c].states[i])
+				}
+			}
+		}
+	}
+}
+
+// emitAligned emits key idx's window ending at e with its next version
+// (a late update).
+func (o *Operator) emitAligned(idx int32, e int64) {
+	var version uint32 = 1
+	if addSat(e, o.lateness) > o.wm {
+		version = o.bumpVersion(idx, e)
+	}
+	st := o.scratch
+	o.aggs.Reset(st)
+	for _, sb := range o.slabs {
+		if sb.end > e-o.sl.size && sb.end <= e {
+			if s := sb.has(idx); s != nil {
+				o.aggs.Merge(st, s)
+			}
+		}
+	}
+	o.emitResult(idx, e-o.sl.size, e, version, st)
+}
+
+// bumpVersion returns the next version of key idx's window ending at e and
+// remembers it while the window can still change; versions past lateness
+// are dropped on the way.
+func (o *Operator) bumpVersion(idx int32, e int64) uint32 {
+	k := &o.keys[idx]
+	n := 0
 	for n < len(k.fired) && addSat(k.fired[n].end, o.lateness) <= o.wm {
 		n++
 	}
 	if n > 0 {
 		k.fired = k.fired[:copy(k.fired, k.fired[n:])]
 	}
-	o.reschedule(k)
+	i := len(k.fired)
+	for i > 0 && k.fired[i-1].end >= e {
+		i--
+	}
+	if i < len(k.fired) && k.fired[i].end == e {
+		k.fired[i].version++
+		return k.fired[i].version
+	}
+	k.fired = append(k.fired, firedWindow{})
+	copy(k.fired[i+1:], k.fired[i:])
+	k.fired[i] = firedWindow{end: e, version: 1}
+	return 1
 }
 
-// emitAligned emits k's window ending at e with its next version.
-func (o *Operator) emitAligned(k *keyState, e int64) {
-	var version uint32 = 1
-	if addSat(e, o.lateness) > o.wm {
-		// The window can still change: remember its version.
-		i := len(k.fired)
-		for i > 0 && k.fired[i-1].end >= e {
-			i--
+func (o *Operator) recycle(sb *slab) {
+	for _, ch := range sb.chunks {
+		if ch == nil || ch.n == 0 {
+			continue
 		}
-		if i < len(k.fired) && k.fired[i].end == e {
-			k.fired[i].version++
-			version = k.fired[i].version
-		} else {
-			k.fired = append(k.fired, firedWindow{})
-			copy(k.fired[i+1:], k.fired[i:])
-			k.fired[i] = firedWindow{end: e, version: 1}
-		}
-	}
-	start := e - o.sl.size
-	var st *aggregate.State
-	if o.sl.g == o.sl.size { // tumbling: the window is its one slice
-		for _, s := range k.slices {
-			if s.end == e {
-				st = s.st
-				break
+		for w, x := range ch.bits {
+			for x != 0 {
+				b := bits.TrailingZeros64(x)
+				x &= x - 1
+				o.aggs.Reset(&ch.states[w<<6|b])
 			}
 		}
-	} else {
-		st = o.scratch
-		o.aggs.Reset(st)
-		for _, s := range k.slices {
-			if s.end > start && s.end <= e {
-				o.aggs.Merge(st, s.st)
-			}
+		ch.bits = [chunkSize / 64]uint64{}
+		ch.n = 0
+	}
+	o.freeSlabs = append(o.freeSlabs, sb)
+}
+
+// sweepAligned forgets keys whose data has all been dropped for idleKeep.
+func (o *Operator) sweepAligned() {
+	for i := range o.keys {
+		k := &o.keys[i]
+		if !k.live {
+			continue
+		}
+		if o.wm == MaxTime || k.lastSlice == MinTime ||
+			addSat(addSat(o.sl.lastEnd(k.lastSlice), o.lateness), o.idleKeep) <= o.wm {
+			o.forget(int32(i))
 		}
 	}
-	o.emitResult(k, start, e, version, st)
+	o.nextSweep = addSat(o.wm, o.idleKeep)
 }

@@ -14,8 +14,8 @@ type Config struct {
 	Lateness int64
 	// Aggregates computes each window's values.
 	Aggregates *aggregate.Set
-	// Emit receives every window result. The Result and its State are valid
-	// only during the call: copy or encode what must outlive it.
+	// Emit receives every window result. The Result, its Key and its State
+	// are valid only during the call: copy or encode what must outlive it.
 	Emit func(r *Result)
 }
 
@@ -23,7 +23,7 @@ type Config struct {
 // window's end, 2, 3, … for each update by a late event within the allowed
 // lateness.
 type Result struct {
-	Key        string
+	Key        []byte
 	Hash       uint64
 	Start, End int64 // [Start, End) in Unix ms; for sessions, first event and last event + gap
 	Version    uint32
@@ -33,6 +33,11 @@ type Result struct {
 // Operator keeps the windows of many keys and fires them as the watermark
 // advances. It is driven by one goroutine: Advance, then Add for each record
 // in arrival order. It is not safe for concurrent use.
+//
+// Keys get dense indexes (keyIndex). Aligned windows keep their partial
+// aggregates in one slab per slice, an array indexed by key, so firing a
+// window streams through its slabs and needs no per-key timer; sessions keep
+// a sorted list per key and one timer registration per key.
 type Operator struct {
 	emit     func(*Result)
 	aggs     *aggregate.Set
@@ -40,16 +45,30 @@ type Operator struct {
 	sl       slicing
 	gap      int64
 	lateness int64
-	idleKeep int64 // how long an empty key stays in the map, in watermark ms
+	idleKeep int64 // how long a key without state is remembered, in watermark ms
 
-	wm      int64
-	keys    map[string]*keyState
-	timers  timers
-	free    []*aggregate.State
-	freeK   []*keyState
+	wm    int64
+	index keyIndex
+	keys  []keyState
+	freeK []int32
+	live  int
+
+	// aligned windows
+	slabs        []*slab // live slabs, ordered by end
+	freeSlabs    []*slab
+	firedThrough int64 // every window ending at or before this has fired
+	nextWork     int64 // earliest watermark at which Advance has aligned work
+	nextSweep    int64 // when idle keys are next looked for
+
+	// sessions
+	timers timers
+	free   []*aggregate.State
+
 	scratch *aggregate.State
+	acc     []aggregate.State // a chunk of accumulators for firing sliding windows
 	res     Result
 	stats   Stats
+	sink    uint64 // Prefetch's reads land here so they are not optimized away
 }
 
 // Stats counts what an Operator did.
@@ -60,39 +79,27 @@ type Stats struct {
 	Updates uint64 // results with version > 1
 }
 
-// keyState is everything the operator keeps for one key.
+// keyState is what the operator keeps per key besides window contents.
 type keyState struct {
-	key  string
+	key  []byte // owned; reused when the slot is recycled
 	hash uint64
-	due  int64 // time of the key's live timer registration; unregistered when none
+	live bool
 
 	// aligned windows
-	slices      []slice       // ordered by end
-	fired       []firedWindow // versions of emitted windows still within lateness, ordered by end
-	firedThrough int64        // every window ending at or before this was fired for this key
-	gcAt         int64        // when an empty key is forgotten; MinTime while it holds state
+	lastSlice int64         // latest slice end holding data of this key
+	fired     []firedWindow // versions of windows still within lateness, ordered by end
 
-	// session windows
+	// sessions
+	due      int64     // time of the key's live timer registration; unregistered when none
+	gcAt     int64     // when a key without sessions is forgotten; MinTime while it has some
 	sessions []session // ordered by start, never overlapping
 }
 
 const unregistered = MaxTime
 
-type slice struct {
-	end int64
-	st  *aggregate.State
-}
-
 type firedWindow struct {
 	end     int64
 	version uint32
-}
-
-type session struct {
-	start, end int64
-	st         *aggregate.State
-	version    uint32 // last emitted version
-	dirty      bool   // changed since last emitted
 }
 
 // NewOperator returns an Operator for cfg.
@@ -107,14 +114,17 @@ func NewOperator(cfg Config) (*Operator, error) {
 		return nil, fmt.Errorf("%w: Aggregates and Emit are required", ErrInvalid)
 	}
 	o := &Operator{
-		emit:     cfg.Emit,
-		aggs:     cfg.Aggregates,
-		kind:     cfg.Assigner.Kind,
-		gap:      cfg.Assigner.Gap,
-		lateness: cfg.Lateness,
-		wm:       MinTime,
-		keys:     make(map[string]*keyState),
-		timers:   newTimers(),
+		emit:         cfg.Emit,
+		aggs:         cfg.Aggregates,
+		kind:         cfg.Assigner.Kind,
+		gap:          cfg.Assigner.Gap,
+		lateness:     cfg.Lateness,
+		wm:           MinTime,
+		index:        newKeyIndex(),
+		firedThrough: MinTime,
+		nextWork:     MaxTime,
+		nextSweep:    MinTime,
+		timers:       newTimers(),
 	}
 	if o.kind == Session {
 		o.idleKeep = cfg.Assigner.Gap
@@ -129,8 +139,8 @@ func NewOperator(cfg Config) (*Operator, error) {
 // Watermark returns the operator's watermark.
 func (o *Operator) Watermark() int64 { return o.wm }
 
-// Keys returns how many keys the operator holds state or timers for.
-func (o *Operator) Keys() int { return len(o.keys) }
+// Keys returns how many keys the operator remembers.
+func (o *Operator) Keys() int { return o.live }
 
 // Stats returns counters since the Operator was made.
 func (o *Operator) Stats() Stats { return o.stats }
@@ -143,145 +153,89 @@ func (o *Operator) Advance(wm int64) {
 		return
 	}
 	o.wm = wm
-	for {
-		t, ok := o.timers.next()
-		if !ok || t > wm {
-			return
-		}
-		_, b := o.timers.pop()
-		for _, k := range b.keys {
-			if k.due != t {
-				continue // moved earlier and already handled
-			}
-			k.due = unregistered
-			if o.kind == Session {
-				o.processSessions(k)
-			} else {
-				o.processAligned(k)
-			}
-		}
-		o.timers.release(b)
+	if o.kind == Session {
+		o.advanceSessions()
+		return
+	}
+	if wm >= o.nextWork {
+		o.advanceAligned()
+	} else {
+		o.firedThrough = wm // no window with data ends in between
 	}
 }
 
-// Add adds one event of key (hash is the key's hash, kept for routing the
-// results). It reports false when the event was too late for every window it
-// belongs to; the caller sends it to the late output. Add must follow the
-// Advance to the watermark that includes this event.
+// Add adds one event of key. hash must be a well-mixed 64-bit hash of key
+// (the runtime's xxhash), equal for equal keys. Add reports false when the
+// event was too late for every window it belongs to; the caller sends it to
+// the late output. Add must follow the Advance to the watermark that
+// includes this event.
 func (o *Operator) Add(key []byte, hash uint64, in *aggregate.Input) bool {
-	k := o.keys[string(key)]
-	if k == nil {
-		k = o.newKey(key, hash)
+	idx := o.index.find(hash, key, o.keys)
+	if idx < 0 {
+		if o.tooLate(in.Time) {
+			o.stats.Late++
+			return false // do not remember a key for a late event
+		}
+		idx = o.newKey(key, hash)
 	}
 	var ok bool
 	if o.kind == Session {
-		ok = o.addSession(k, in)
+		ok = o.addSession(idx, in)
 	} else {
-		ok = o.addAligned(k, in)
+		ok = o.addAligned(idx, in)
 	}
 	if ok {
-		k.gcAt = MinTime
 		o.stats.Added++
 	} else {
 		o.stats.Late++
-		if k.due == unregistered && o.empty(k) {
-			o.reschedule(k) // a key born late still needs forgetting
-		}
 	}
 	return ok
 }
 
-func (o *Operator) newKey(key []byte, hash uint64) *keyState {
-	var k *keyState
+// tooLate reports whether an event at t is past every window it could
+// join, without looking at any key (sessions: a new session's bound).
+func (o *Operator) tooLate(t int64) bool {
+	if o.kind == Session {
+		return addSat(addSat(t, o.gap), o.lateness) <= o.wm
+	}
+	return addSat(o.sl.lastEnd(o.sl.sliceEnd(t)), o.lateness) <= o.wm
+}
+
+func (o *Operator) newKey(key []byte, hash uint64) int32 {
+	var idx int32
 	if n := len(o.freeK); n > 0 {
-		k = o.freeK[n-1]
+		idx = o.freeK[n-1]
 		o.freeK = o.freeK[:n-1]
 	} else {
-		k = &keyState{}
+		idx = int32(len(o.keys))
+		o.keys = append(o.keys, keyState{})
 	}
-	k.key = string(key)
+	k := &o.keys[idx]
+	k.key = append(k.key[:0], key...)
 	k.hash = hash
+	k.live = true
+	k.lastSlice = MinTime
 	k.due = unregistered
-	k.firedThrough = o.wm
 	k.gcAt = MinTime
-	o.keys[k.key] = k
-	return k
+	o.index.insert(hash, idx)
+	o.live++
+	return idx
 }
 
-// want makes sure k is processed no later than t.
-func (o *Operator) want(k *keyState, t int64) {
-	if t < k.due {
-		k.due = t
-		o.timers.add(t, k)
-	}
-}
-
-func (o *Operator) empty(k *keyState) bool {
-	return len(k.slices) == 0 && len(k.fired) == 0 && len(k.sessions) == 0
-}
-
-// reschedule registers an unregistered k at the next time it has work, or
-// forgets it when it has been empty long enough.
-func (o *Operator) reschedule(k *keyState) {
-	next := MaxTime
-	if o.kind == Session {
-		for i := range k.sessions {
-			s := &k.sessions[i]
-			t := addSat(s.end, o.lateness)
-			if s.dirty {
-				t = s.end
-			}
-			next = min(next, t)
-		}
-	} else {
-		if len(k.slices) > 0 {
-			next = addSat(o.sl.lastEnd(k.slices[0].end), o.lateness)
-			if o.wm != MaxTime {
-				pending := o.sl.endAtOrAfter(o.wm + 1)
-				for _, s := range k.slices {
-					if e := max(o.sl.firstEnd(s.end), pending); e <= o.sl.lastEnd(s.end) {
-						next = min(next, e)
-						break
-					}
-				}
-			}
-		}
-		if len(k.fired) > 0 {
-			next = min(next, addSat(k.fired[0].end, o.lateness))
-		}
-	}
-	if next == MaxTime {
-		// Empty. Keep the key (its map slot and buffers) for a while, so a
-		// key that reports in every window does not allocate in every window;
-		// forget it once it has been empty for idleKeep.
-		if k.gcAt == MinTime {
-			k.gcAt = addSat(o.wm, o.idleKeep)
-		}
-		if o.wm >= k.gcAt || k.gcAt == MaxTime {
-			o.forget(k)
-			return
-		}
-		next = k.gcAt
-	}
-	o.want(k, next)
-}
-
-// forget drops k and keeps its memory for the next new key.
-func (o *Operator) forget(k *keyState) {
-	for _, s := range k.slices {
-		o.putState(s.st)
-	}
+// forget drops key idx and keeps its memory for the next new key.
+func (o *Operator) forget(idx int32) {
+	k := &o.keys[idx]
 	for _, s := range k.sessions {
 		o.putState(s.st)
 	}
-	delete(o.keys, k.key)
-	k.slices = k.slices[:0]
-	k.fired = k.fired[:0]
+	clear(k.sessions)
 	k.sessions = k.sessions[:0]
-	k.key = ""
+	k.fired = k.fired[:0]
+	k.live = false
 	k.due = unregistered
-	k.gcAt = MinTime
-	o.freeK = append(o.freeK, k)
+	o.index.remove(k.hash, idx)
+	o.freeK = append(o.freeK, idx)
+	o.live--
 }
 
 func (o *Operator) getState() *aggregate.State {
@@ -298,7 +252,8 @@ func (o *Operator) putState(st *aggregate.State) {
 	o.free = append(o.free, st)
 }
 
-func (o *Operator) emitResult(k *keyState, start, end int64, version uint32, st *aggregate.State) {
+func (o *Operator) emitResult(idx int32, start, end int64, version uint32, st *aggregate.State) {
+	k := &o.keys[idx]
 	o.res = Result{Key: k.key, Hash: k.hash, Start: start, End: end, Version: version, State: st}
 	o.stats.Emitted++
 	if version > 1 {

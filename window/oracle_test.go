@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"pgregory.net/rapid"
 
 	"github.com/runnel-io/runnel/internal/oracle"
@@ -88,7 +89,7 @@ func runOperator(t tb, events []oracle.Event, cfg oracle.Config) (map[string][]s
 			s.SumSq = set.Result(r.State, 2).Float
 			s.Min = set.Result(r.State, 3).Float
 			s.Max = set.Result(r.State, 4).Float
-			out[r.Key] = append(out[r.Key], s)
+			out[string(r.Key)] = append(out[string(r.Key)], s)
 		},
 	})
 	if err != nil {
@@ -100,7 +101,7 @@ func runOperator(t tb, events []oracle.Event, cfg oracle.Config) (map[string][]s
 	for i, e := range events {
 		op.Advance(wms.Observe(0, e.Time))
 		nums[0], nums[1] = float64(i), float64(i)*float64(i)
-		if !op.Add([]byte(e.Key), 0, &aggregate.Input{Time: e.Time, Nums: nums}) {
+		if !op.Add([]byte(e.Key), xxhash.Sum64String(e.Key), &aggregate.Input{Time: e.Time, Nums: nums}) {
 			late = append(late, i)
 		}
 	}

@@ -5,9 +5,19 @@ import "github.com/runnel-io/runnel/window/aggregate"
 // Session windows are kept per key as a sorted list of disjoint sessions.
 // An event at t proposes the session [t, t+gap); every live session it
 // overlaps merges with it. A merged session keeps the highest version any of
-// its parts emitted, so its next emission supersedes them all.
+// its parts emitted, so its next emission supersedes them all. Each key has
+// one timer registration, at the earliest of its sessions' end (to fire) or
+// end + lateness (to drop).
 
-func (o *Operator) addSession(k *keyState, in *aggregate.Input) bool {
+type session struct {
+	start, end int64
+	st         *aggregate.State
+	version    uint32 // last emitted version
+	dirty      bool   // changed since last emitted
+}
+
+func (o *Operator) addSession(idx int32, in *aggregate.Input) bool {
+	k := &o.keys[idx]
 	t := in.Time
 	end := addSat(t, o.gap)
 	ss := k.sessions
@@ -44,39 +54,87 @@ func (o *Operator) addSession(k *keyState, in *aggregate.Input) bool {
 		s.start = min(s.start, t)
 		s.end = max(s.end, end)
 	}
+	k.gcAt = MinTime
 	s := &ss[lo]
 	o.aggs.Add(s.st, in)
 	s.dirty = true
 	if s.end <= o.wm {
 		s.version++
 		s.dirty = false
-		o.emitResult(k, s.start, s.end, s.version, s.st)
-		o.want(k, addSat(s.end, o.lateness))
+		o.emitResult(idx, s.start, s.end, s.version, s.st)
+		o.want(idx, addSat(s.end, o.lateness))
 	} else {
-		o.want(k, s.end)
+		o.want(idx, s.end)
 	}
 	return true
 }
 
-// processSessions fires k's changed sessions that end at or before wm,
-// drops the ones past lateness and registers k for its next work.
-func (o *Operator) processSessions(k *keyState) {
+// want makes sure key idx is processed no later than t.
+func (o *Operator) want(idx int32, t int64) {
+	if k := &o.keys[idx]; t < k.due {
+		k.due = t
+		o.timers.add(t, idx)
+	}
+}
+
+func (o *Operator) advanceSessions() {
+	for {
+		t, ok := o.timers.next()
+		if !ok || t > o.wm {
+			return
+		}
+		_, b := o.timers.pop()
+		for _, idx := range b.keys {
+			k := &o.keys[idx]
+			if !k.live || k.due != t {
+				continue // moved earlier and already handled, or forgotten
+			}
+			k.due = unregistered
+			o.processSessions(idx)
+		}
+		o.timers.release(b)
+	}
+}
+
+// processSessions fires key idx's changed sessions that end at or before
+// wm, drops the ones past lateness and registers the key for its next work;
+// a key without sessions is forgotten after idleKeep.
+func (o *Operator) processSessions(idx int32) {
+	k := &o.keys[idx]
 	n := 0
+	next := MaxTime
 	for i := range k.sessions {
 		s := &k.sessions[i]
 		if s.dirty && s.end <= o.wm {
 			s.version++
 			s.dirty = false
-			o.emitResult(k, s.start, s.end, s.version, s.st)
+			o.emitResult(idx, s.start, s.end, s.version, s.st)
 		}
 		if addSat(s.end, o.lateness) <= o.wm {
 			o.putState(s.st)
 			continue
+		}
+		if s.dirty {
+			next = min(next, s.end)
+		} else {
+			next = min(next, addSat(s.end, o.lateness))
 		}
 		k.sessions[n] = *s
 		n++
 	}
 	clear(k.sessions[n:])
 	k.sessions = k.sessions[:n]
-	o.reschedule(k)
+	if n == 0 {
+		// Keep the key (its index slot and buffers) for a while, so a key
+		// that reports in every session does not allocate in every one.
+		if k.gcAt == MinTime {
+			k.gcAt = addSat(o.wm, o.idleKeep)
+		}
+		if o.wm >= k.gcAt || k.gcAt == MaxTime {
+			o.forget(idx)
+			return
+		}
+		next = k.gcAt
+	}
+	o.want(idx, next)
 }

@@ -17,7 +17,7 @@ type timers struct {
 }
 
 type bucket struct {
-	keys []*keyState
+	keys []int32
 }
 
 func newTimers() timers {
@@ -25,7 +25,7 @@ func newTimers() timers {
 }
 
 // add registers k at time t (k.due must already be t).
-func (tm *timers) add(t int64, k *keyState) {
+func (tm *timers) add(t int64, k int32) {
 	b, ok := tm.buckets[t]
 	if !ok {
 		if n := len(tm.free); n > 0 {
@@ -62,7 +62,6 @@ func (tm *timers) pop() (int64, *bucket) {
 }
 
 func (tm *timers) release(b *bucket) {
-	clear(b.keys)
 	b.keys = b.keys[:0]
 	tm.free = append(tm.free, b)
 }

@@ -106,8 +106,11 @@
 // wherever two neighbours are Gap or more apart, and the result is checked
 // against the set M found by the rule above (a mismatch panics). A session
 // is identified across steps by its set of events, which only grows by
-// merging until the session is purged. Run is quadratic or worse in the
-// number of events; it is meant for streams of hundreds of events.
+// merging until the session is purged. Every lookup is a scan of the live
+// windows and every session step re-sorts the key's live events, so Run is
+// slow on principle; a thousand events still take a few milliseconds
+// (BenchmarkRun), which is plenty for property tests. An event belongs to
+// about Size/Slide aligned windows, so keep that ratio small in tests.
 //
 // # Caveats
 //
@@ -124,6 +127,14 @@
 //     result changes. Comparisons such as End + Lateness <= wm are exact,
 //     they do not overflow.
 //   - Windows with no event do not exist: they are never emitted.
+//   - A session result is not identified by (Key, Start, End): a later
+//     version of the same session may have other bounds, and the earlier
+//     result is superseded without a retraction. Its identity is its set
+//     of events (an emission supersedes every earlier one of its key that
+//     shares an event with it).
+//   - For aligned windows purging is not observable, since the assign rule
+//     checks End + Lateness itself; it only frees memory. For sessions it
+//     is: a purged session can no longer be joined or bridged.
 //   - There is one input. The min-over-inputs and idle rules of the real
 //     watermark are out of scope.
 package oracle

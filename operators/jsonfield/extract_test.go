@@ -2,7 +2,9 @@ package jsonfield
 
 import (
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -166,6 +168,8 @@ func TestExtractErrors(t *testing.T) {
 		{"top-level null", `null`, 0, msgNotObj + "null"},
 		{"top-level broken array", `[1,`, 3, msgEOF},
 		{"top-level junk", `x`, 0, "invalid character 'x' looking for beginning of value"},
+		{"top-level number then junk", "0\u0089", 1, "invalid character '\\u0089' after top-level value"},
+		{"top-level array then junk", `[1] x`, 4, "invalid character 'x' after top-level value"},
 		{"too deep array", deep, 5 + MaxDepth - 1, msgDepth},
 		{"too deep object", deepObj, 5 * MaxDepth, msgDepth},
 		{"damage after the wanted fields", `{"device":"d","ts":1,"x":[1,}`, 28, "invalid character '}' looking for beginning of value"},
@@ -356,4 +360,29 @@ func TestZeroAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _, _ = hard.Float() }); n != 0 {
 		t.Errorf("Float slow path: %v allocs", n)
 	}
+}
+
+// TestCloneConcurrent runs clones side by side under -race: they share the
+// path trie, which Extract only reads.
+func TestCloneConcurrent(t *testing.T) {
+	e, _ := New([]string{"device", "ts", "meta.site"})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		c := e.Clone()
+		wg.Go(func() {
+			out := make([]Value, 3)
+			doc := []byte(`{"device":"d\u00e9` + strconv.Itoa(w) + `","ts":1,"meta":{"site":"s"}}`)
+			for range 200 {
+				if err := c.Extract(doc, out); err != nil {
+					t.Error(err)
+					return
+				}
+				if got, want := string(out[0].Raw), "dé"+strconv.Itoa(w); got != want {
+					t.Errorf("worker %d: device = %q, want %q", w, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

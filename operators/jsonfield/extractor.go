@@ -72,12 +72,8 @@ func keyHead(key []byte) uint64 {
 // lookupShort returns the child node for a key shorter than eight bytes
 // given as its keyHead, or -1. No name compare is needed: the head holds
 // the whole key.
+// The caller uses lookup instead when n.index is set.
 func (n *node) lookupShort(head uint64) int32 {
-	if n.index != nil {
-		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], head)
-		return n.lookup(b[:head>>56])
-	}
 	for j := range n.kids {
 		if n.kids[j].head == head {
 			return n.kids[j].node

@@ -62,21 +62,22 @@ func (s *scanner) document() int {
 	if i >= len(doc) {
 		return s.eof()
 	}
-	if doc[i] != '{' {
-		// Report a malformed value as such, and only a well-formed one as
-		// the wrong type.
-		if end := s.value(-1, i, 0); end < 0 {
-			return -1
-		}
-		return s.fail(i, msgNotObj+kindOf(doc[i]).String())
+	var end int
+	if doc[i] == '{' {
+		end = s.object(0, i, 1)
+	} else {
+		end = s.value(-1, i, 0)
 	}
-	end := s.object(0, i, 1)
 	if end < 0 {
 		return -1
 	}
-	end = skipSpace(doc, end)
-	if end < len(doc) {
+	if end = skipSpace(doc, end); end < len(doc) {
 		return s.failAt(end, "after top-level value")
+	}
+	if doc[i] != '{' {
+		// Checked last, so that a malformed document is reported as such
+		// and only a well-formed one as having the wrong type.
+		return s.fail(i, msgNotObj+kindOf(doc[i]).String())
 	}
 	return end
 }
@@ -126,7 +127,11 @@ func (s *scanner) object(ni int32, i, depth int) int {
 				if k := bits.TrailingZeros64(m) >> 3; doc[i+1+k] == '"' {
 					end = i + 2 + k
 					if n != nil {
-						child = n.lookupShort(x&(1<<(8*k)-1) | uint64(k)<<56)
+						if n.index == nil {
+							child = n.lookupShort(x&(1<<(8*k)-1) | uint64(k)<<56)
+						} else {
+							child = n.lookup(doc[i+1 : end-1])
+						}
 					}
 				}
 			}
@@ -295,7 +300,7 @@ func (s *scanner) badLiteral(i int, lit string) int {
 			return s.failAt(i+k, "in literal "+lit+" (expecting '"+lit[k:k+1]+"')")
 		}
 	}
-	panic("jsonfield: badLiteral called on a good literal")
+	return s.failAt(i, "looking for beginning of value") // not reached: lit was bad
 }
 
 // number checks RFC 8259 number grammar at doc[i] (a '-' or a digit). What

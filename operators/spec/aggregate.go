@@ -157,7 +157,7 @@ func parseAggregate(text string) (a Aggregate, errs []aggError) {
 			case err != nil || math.IsNaN(q) || math.IsInf(q, 0):
 				fail(offs[k], "quantile's second argument is q, a number in [0, 1], got %q", arg)
 			case q >= 2 && q <= 100: // a percentile written as a percentage
-				fail(offs[k], "quantile q must be in [0, 1], got %s (did you mean %s?)", arg, strconv.FormatFloat(q/100, 'g', -1, 64))
+				fail(offs[k], "quantile q must be in [0, 1], got %s (did you mean %s?)", arg, strconv.FormatFloat(q/100, 'g', 12, 64))
 			case q < 0 || q > 1:
 				fail(offs[k], "quantile q must be in [0, 1], got %s", arg)
 			default:

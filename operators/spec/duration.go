@@ -65,6 +65,10 @@ var durationUnits = map[string]int64{
 	"d":  86400e9,
 }
 
+// maxDurationLen bounds the text of a duration: real ones are a few
+// characters, and exact arithmetic on a megabyte of digits is slow.
+const maxDurationLen = 64
+
 // errNoUnit is returned (wrapped) for a bare number such as "30".
 var errNoUnit = errors.New("missing unit")
 
@@ -86,6 +90,9 @@ func ParseDuration(s string) (Duration, error) {
 	}
 	if s == "" {
 		return 0, fmt.Errorf("invalid duration %q: empty", orig)
+	}
+	if len(s) > maxDurationLen {
+		return 0, fmt.Errorf("invalid duration %.20q...: longer than %d characters", orig, maxDurationLen)
 	}
 	// Exact rational arithmetic: a spec is parsed once, and float rounding
 	// could turn "0.3s" into 299.99999ms and a wrong refusal.

@@ -13,6 +13,11 @@ import (
 	"github.com/expr-lang/expr/parser"
 )
 
+// MaxExprLen bounds the length of a filter or compute expression. Real ones
+// are a line or two; the bound keeps a runaway value (a pasted payload) from
+// costing seconds in the expression compiler at start-up.
+const MaxExprLen = 4096
+
 // ExprError is a problem in an expression (filter or compute). Line and
 // Column are 1-based and relative to the expression text, not the spec file;
 // Parse maps them into the file.
@@ -32,13 +37,15 @@ func (e *ExprError) Unwrap() error { return ErrInvalid }
 // each once, in order of first use: identifiers ("temp"), member chains
 // rendered as dotted paths ("meta.device" for meta.device or meta["device"]),
 // and $env.name as "name". A chain stops at the first part that is not a
-// plain name (an index, a computed key, a key containing '.'), so a[0].b
-// reports "a": the compiler extracts all of a. A path and its prefix may both
+// plain name (an index, a computed key, a key with '.', a space or another
+// character a field path cannot hold), so a[0].b and a["x y"] report "a":
+// the compiler extracts all of a. A path and its prefix may both
 // appear ("meta", "meta.device") when the expression uses both.
 //
 // Names bound by let, and the # and .field of predicates (all, filter, ...)
 // are not record fields and are left out. Calls of anything but expr-lang
-// builtins are refused: a record has no functions or methods.
+// builtins are refused (a record has no functions or methods), and so is
+// now(): results must not depend on the wall clock, or a replay would differ.
 func ExprFields(src string) ([]string, error) {
 	refs, err := exprRefs(src)
 	if err != nil {
@@ -90,6 +97,9 @@ func exprRefs(src string) ([]exprRef, error) {
 // ("a" + 1, a filter of 1 + 2) are found at start-up. asBool requires a
 // boolean (or unknown-typed) result, for filters.
 func checkExpr(src string, asBool bool) ([]exprRef, error) {
+	if len(src) > MaxExprLen {
+		return nil, &ExprError{Line: 1, Column: 1, Msg: fmt.Sprintf("expression is %d bytes long; at most %d are allowed", len(src), MaxExprLen)}
+	}
 	opts := []expr.Option{expr.AllowUndefinedVariables()}
 	if asBool {
 		opts = append(opts, expr.AsBool())
@@ -193,6 +203,13 @@ func (w *refWalker) visit(n ast.Node) {
 		w.visit(n.From)
 		w.visit(n.To)
 	case *ast.BuiltinNode:
+		if n.Name == "now" {
+			// Results must not depend on when they were computed: a replay
+			// after a crash has to produce the same outputs (and sequence
+			// numbers) as the first run.
+			w.fail(n, "now() reads the wall clock, so a replay would compute different results; use the event time field")
+			return
+		}
 		for _, a := range n.Arguments {
 			w.visit(a)
 		}
@@ -264,7 +281,10 @@ walk:
 	}
 	for i := len(chain) - 1; i >= 0; i-- {
 		s, ok := chain[i].Property.(*ast.StringNode)
-		if !ok || chain[i].Method || s.Value == "" || strings.Contains(s.Value, ".") {
+		if !ok || chain[i].Method || s.Value == "" {
+			break
+		}
+		if _, bad := badSegmentRune(s.Value); bad || strings.Contains(s.Value, ".") {
 			break
 		}
 		segs = append(segs, s.Value)

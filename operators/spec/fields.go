@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
 )
 
 var (
@@ -29,13 +30,23 @@ func checkPath(p string) error {
 		if seg == "" {
 			return fmt.Errorf("field path %q has an empty part at position %d (write a.b, not a..b, .a or a.)", p, i+1)
 		}
-		for _, r := range seg {
-			if !(isLetter(r) || isDigit(r) || r == '_' || r == '-' || r == '@' || r == '$') {
-				return fmt.Errorf("field path %q: character %q is not allowed (use letters, digits, _, -, @, $ and . between parts)", p, r)
-			}
+		if r, ok := badSegmentRune(seg); ok {
+			return fmt.Errorf("field path %q: character %q is not allowed (use letters, digits, _, -, @, $ and . between parts)", p, r)
 		}
 	}
 	return nil
+}
+
+// badSegmentRune returns the first character of seg that a path segment
+// cannot hold. Letters and digits include non-ASCII ones (température),
+// as payload keys and expr-lang identifiers do.
+func badSegmentRune(seg string) (rune, bool) {
+	for _, r := range seg {
+		if !(unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-' || r == '@' || r == '$') {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 // rootOf returns the first segment of a field path.

@@ -38,6 +38,10 @@ func Load(path string) (*Pipeline, error) {
 func Parse(file string, data []byte) (*Pipeline, error) {
 	d := &decoder{file: file, data: data, p: &Pipeline{File: file, pos: map[string]Pos{}}}
 	d.decode()
+	if d.dropped > 0 {
+		// Appended after the limit on purpose; it sorts first (no position).
+		d.probs = append(d.probs, Problem{File: file, Msg: fmt.Sprintf("showing the first %d problems; %d more not shown", maxProblems, d.dropped)})
+	}
 	if err := d.probs.Err(); err != nil {
 		return nil, err
 	}
@@ -49,16 +53,18 @@ func Parse(file string, data []byte) (*Pipeline, error) {
 // checked on its own, and a section that is broken is skipped (not
 // guessed at) so one mistake produces one problem.
 type decoder struct {
-	file  string
-	data  []byte
-	lines []string // data split into lines, for mapping columns inside scalars
-	p     *Pipeline
-	probs Problems
+	file    string
+	data    []byte
+	lines   []string // data split into lines, for mapping columns inside scalars
+	p       *Pipeline
+	probs   Problems
+	dropped int // problems past maxProblems
 
 	// Nodes kept for the checks that span sections.
 	computeNodes []*yaml.Node // value nodes, parallel to p.Compute
 	aggNodes     []*yaml.Node // key nodes, parallel to p.Aggregates
 	topicNodes   []*yaml.Node // key nodes, parallel to TopicFields
+	sourceLevels []string     // the source's topic filter, if valid
 }
 
 // entry is one field of a mapping.
@@ -67,12 +73,20 @@ type entry struct {
 	key, val *yaml.Node // val has aliases resolved
 }
 
-type fieldMap []entry
+// fieldMap is a decoded mapping of known fields, in spec order.
+type fieldMap struct {
+	list []entry
+	// unknown counts the unknown fields (reported); guessed holds the
+	// fields they were taken for ("did you mean"), so that a misspelt
+	// required field is one problem, not also "required field is missing".
+	unknown int
+	guessed map[string]bool
+}
 
 func (m fieldMap) get(name string) *entry {
-	for i := range m {
-		if m[i].name == name {
-			return &m[i]
+	for i := range m.list {
+		if m.list[i].name == name {
+			return &m.list[i]
 		}
 	}
 	return nil
@@ -103,7 +117,11 @@ func (d *decoder) decode() {
 		d.probs = append(d.probs, Problem{File: d.file, Msg: "spec is empty; it needs at least name, source, event_time, window and aggregates"})
 		return
 	}
-	m, ok := d.fields(root, "", topFields, "a mapping of pipeline fields (name, source, event_time, window, aggregates, ...)")
+	if root.Kind != yaml.MappingNode {
+		d.errorf(root, "", "a spec is a mapping of fields (name, source, event_time, window, aggregates, ...), got %s", kindName(root))
+		return
+	}
+	m, ok := d.fields(root, "", topFields, "")
 	if !ok {
 		return
 	}
@@ -183,7 +201,7 @@ func (d *decoder) source(n *yaml.Node) {
 	}
 	e := m.get("mqtt")
 	if e == nil {
-		if len(n.Content) == 0 {
+		if m.unknown == 0 {
 			d.errorf(n, "source", "needs a kind of source: mqtt (e.g. %s)", exSource)
 		}
 		return
@@ -201,8 +219,9 @@ func (d *decoder) source(n *yaml.Node) {
 			src.Topic = s
 			var err error
 			if levels, err = checkTopicFilter(s); err != nil {
-				d.errorf(t.val, "source.mqtt.topic", "invalid topic filter %v", err)
+				d.errorf(t.val, "source.mqtt.topic", "%v", err)
 			}
+			d.sourceLevels = levels
 		}
 	}
 	if q := d.optional(mm, "qos"); q != nil {
@@ -345,22 +364,31 @@ func (d *decoder) filter(n *yaml.Node) {
 
 // expr checks one expression and reports its problem at the exact spot in
 // the file where that can be worked out.
-func (d *decoder) expr(n *yaml.Node, field, src string, asBool bool) []exprRef {
-	refs, err := checkExpr(src, asBool)
+func (d *decoder) expr(n *yaml.Node, field, src string, asBool bool) {
+	_, err := checkExpr(src, asBool)
 	if err == nil {
-		return refs
+		return
 	}
 	ee, ok := err.(*ExprError)
 	if !ok {
 		d.errorf(n, field, "%v", err)
-		return nil
+		return
 	}
 	msg := "invalid expression: " + ee.Msg
 	if got, ok := strings.CutPrefix(ee.Msg, "expected bool, but got "); ok && asBool {
 		msg = fmt.Sprintf("must be a boolean expression (true keeps the record), but it gives %s", got)
 	}
+	// A payload field named like a builtin (date, len) reads as the
+	// builtin and fails to type-check; say how to reach the field.
+	if refs, err := exprRefs(src); err == nil {
+		for _, r := range refs {
+			if root := rootOf(r.path); reserved[root] {
+				msg += fmt.Sprintf(" (%s is an expr-lang builtin; to read a field of that name, write $env.%s)", root, root)
+				break
+			}
+		}
+	}
 	d.errorAt(n, ee.Line, ee.Column, field, "%s", msg)
-	return nil
 }
 
 var windowKinds = []string{"tumbling", "sliding", "session"}
@@ -370,18 +398,18 @@ func (d *decoder) window(n *yaml.Node) {
 	if !ok {
 		return
 	}
-	if len(m) == 0 {
-		if len(n.Content) == 0 {
+	if len(m.list) == 0 {
+		if m.unknown == 0 {
 			d.errorf(n, "window", "needs one of tumbling, sliding or session (e.g. %s)", exWindow)
 		}
 		return
 	}
-	for i := 1; i < len(m); i++ {
-		d.errorf(m[i].key, "window", "choose one of tumbling, sliding and session; got both %s and %s", m[0].name, m[i].name)
+	for i := 1; i < len(m.list); i++ {
+		d.errorf(m.list[i].key, "window", "choose one of tumbling, sliding and session; got both %s and %s", m.list[0].name, m.list[i].name)
 	}
 	// Every kind given is checked, so its own mistakes are reported too;
 	// the first one is the window.
-	for i, e := range m {
+	for i, e := range m.list {
 		var w Window
 		ok := true
 		switch e.name {
@@ -513,24 +541,28 @@ func (d *decoder) outputs(n *yaml.Node) {
 // and dead-letter outputs: a diagnostic stream, not a result stream).
 func (d *decoder) output(n *yaml.Node, field string, stderrOK bool) *Output {
 	const ex = `{hub: {}}, {mqtt: {topic: results/temps}}, {file: {path: /var/lib/runnel/out.jsonl}} or {stdout: {}}`
+	if n.Kind == yaml.ScalarNode && slices.Contains(outputKinds, n.Value) {
+		d.errorf(n, field, "expected a mapping: write {%s: {}}", n.Value)
+		return nil
+	}
 	m, ok := d.fields(n, field, outputKinds, ex)
 	if !ok {
 		return nil
 	}
 	d.at(field, n)
-	if len(m) == 0 {
-		if len(n.Content) == 0 {
+	if len(m.list) == 0 {
+		if m.unknown == 0 {
 			d.errorf(n, field, "needs one kind of output: %s", ex)
 		}
 		return nil
 	}
-	for i := 1; i < len(m); i++ {
-		d.errorf(m[i].key, field, "one kind per output; got both %s and %s (use a list entry per output)", m[0].name, m[i].name)
+	for i := 1; i < len(m.list); i++ {
+		d.errorf(m.list[i].key, field, "one kind per output; got both %s and %s (use a list entry per output)", m.list[0].name, m.list[i].name)
 	}
-	if len(m) > 1 {
+	if len(m.list) > 1 {
 		return nil
 	}
-	e := m[0]
+	e := m.list[0]
 	kfield := field + "." + e.name
 	var o Output
 	switch e.name {
@@ -541,7 +573,7 @@ func (d *decoder) output(n *yaml.Node, field string, stderrOK bool) *Output {
 			return nil
 		}
 		if !isNull(e.val) {
-			if _, ok := d.fields(e.val, kfield, nil, e.name+": {}"); !ok {
+			if m, ok := d.fields(e.val, kfield, nil, e.name+": {}"); !ok || m.unknown > 0 {
 				return nil
 			}
 		}
@@ -556,7 +588,9 @@ func (d *decoder) output(n *yaml.Node, field string, stderrOK bool) *Output {
 			if s, ok := d.str(t.val, kfield+".topic", ex); ok {
 				o.Topic = s
 				if err := checkTopicName(s); err != nil {
-					d.errorf(t.val, kfield+".topic", "invalid topic %v", err)
+					d.errorf(t.val, kfield+".topic", "%v", err)
+				} else if d.sourceLevels != nil && topicMatches(d.sourceLevels, s) {
+					d.errorf(t.val, kfield+".topic", "%q matches the source's topic filter %q, so the pipeline would read its own output back", s, d.p.Source.MQTT.Topic)
 				}
 			}
 		}
@@ -620,15 +654,21 @@ func (d *decoder) crossChecks() {
 	// Fields read from the payload before compute runs: a computed field
 	// of the same name would look like it changes them, and would not.
 	payloadRead := map[string]string{}
-	if f := p.EventTime.Field; f != "" {
-		payloadRead[rootOf(f)] = "the event_time field"
+	read := func(what string, paths ...string) {
+		for _, f := range paths {
+			if _, ok := payloadRead[rootOf(f)]; ok || f == "" {
+				continue
+			}
+			if rootOf(f) == f {
+				payloadRead[f] = f + " is " + what
+			} else {
+				payloadRead[rootOf(f)] = fmt.Sprintf("%s holds %s %s", rootOf(f), what, f)
+			}
+		}
 	}
-	for _, f := range p.Key {
-		payloadRead[rootOf(f)] = "a key field"
-	}
-	for _, f := range p.EventID {
-		payloadRead[rootOf(f)] = "an event_id field"
-	}
+	read("the event_time field", p.EventTime.Field)
+	read("a key field", p.Key...)
+	read("an event_id field", p.EventID...)
 	computed := map[string]int{}
 	for i, c := range p.Compute {
 		computed[c.Name] = i
@@ -642,7 +682,7 @@ func (d *decoder) crossChecks() {
 		case slices.ContainsFunc(topicFields, func(tf TopicField) bool { return tf.Name == c.Name }):
 			d.errorf(n, field, "%s is already a topic field; choose another name", c.Name)
 		case payloadRead[c.Name] != "":
-			d.errorf(n, field, "%s is %s, which is read from the payload before compute runs; choose another name", c.Name, payloadRead[c.Name])
+			d.errorf(n, field, "%s, which is read from the payload before compute runs; choose another name", payloadRead[c.Name])
 		}
 		refs, err := exprRefs(c.Expr)
 		if err != nil {
@@ -680,26 +720,33 @@ func (d *decoder) crossChecks() {
 func (d *decoder) fields(n *yaml.Node, field string, known []string, example string) (fieldMap, bool) {
 	entries, ok := d.mapping(n, field, "field", example)
 	if !ok {
-		return nil, false
+		return fieldMap{}, false
 	}
 	var m fieldMap
 	for _, e := range entries {
 		if slices.Contains(known, e.name) {
-			m = append(m, e)
+			m.list = append(m.list, e)
 			continue
+		}
+		m.unknown++
+		guess := synonyms[e.name]
+		if !slices.Contains(known, guess) {
+			guess = suggest(e.name, known)
+		}
+		if guess != "" {
+			if m.guessed == nil {
+				m.guessed = map[string]bool{}
+			}
+			m.guessed[guess] = true
 		}
 		msg := fmt.Sprintf("unknown field %q", e.name)
 		switch {
 		case len(known) == 0:
 			msg += " (this takes no settings: write {})"
-		case synonyms[e.name] != "" && slices.Contains(known, synonyms[e.name]):
-			msg += fmt.Sprintf(" (did you mean %q?)", synonyms[e.name])
+		case guess != "":
+			msg += fmt.Sprintf(" (did you mean %q?)", guess)
 		default:
-			if s := suggest(e.name, known); s != "" {
-				msg += fmt.Sprintf(" (did you mean %q?)", s)
-			} else {
-				msg += " (known fields: " + strings.Join(known, ", ") + ")"
-			}
+			msg += " (known fields: " + strings.Join(known, ", ") + ")"
 		}
 		d.errorf(e.key, field, "%s", msg)
 	}
@@ -720,7 +767,7 @@ var synonyms = map[string]string{
 // the last one silently win). what names a key in messages.
 func (d *decoder) mapping(n *yaml.Node, field, what, example string) ([]entry, bool) {
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, field, "expected a mapping, e.g. %s, got %s", example, kindName(n))
+		d.errorf(n, field, "expected a mapping such as %s, got %s", example, kindName(n))
 		return nil, false
 	}
 	d.at(field, n)
@@ -760,6 +807,8 @@ func (d *decoder) required(parent *yaml.Node, m fieldMap, parentField, name, exa
 	e := m.get(name)
 	field := joinPath(parentField, name)
 	switch {
+	case e == nil && m.guessed[name]:
+		return nil // the misspelt field was reported as unknown
 	case e == nil:
 		d.errorf(parent, field, "required field is missing (e.g. %s)", example)
 		return nil
@@ -889,7 +938,19 @@ func (d *decoder) paths(n *yaml.Node, field string) []string {
 func (d *decoder) at(field string, n *yaml.Node) { d.p.pos[field] = nodePos(n) }
 
 func (d *decoder) errorf(n *yaml.Node, field, format string, args ...any) {
-	d.probs = append(d.probs, Problem{File: d.file, Pos: nodePos(n), Field: field, Msg: fmt.Sprintf(format, args...)})
+	d.add(Problem{File: d.file, Pos: nodePos(n), Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// maxProblems bounds the problem list. Past a hundred, the file is almost
+// certainly not a spec at all, and a longer list only buries the first lines.
+const maxProblems = 100
+
+func (d *decoder) add(p Problem) {
+	if len(d.probs) < maxProblems {
+		d.probs = append(d.probs, p)
+		return
+	}
+	d.dropped++
 }
 
 // errorAt reports a problem at line, col (1-based) inside scalar n's value.
@@ -905,7 +966,7 @@ func (d *decoder) errorAt(n *yaml.Node, line, col int, field, format string, arg
 			msg += fmt.Sprintf(" (at column %d of the value)", col)
 		}
 	}
-	d.probs = append(d.probs, Problem{File: d.file, Pos: pos, Field: field, Msg: msg})
+	d.add(Problem{File: d.file, Pos: pos, Field: field, Msg: msg})
 }
 
 // posIn maps line, col (1-based) inside scalar n's value to the spec file.

@@ -106,8 +106,9 @@ func (ps Problems) Sort() {
 	})
 }
 
-// Err returns ps as an error, or nil when there are no problems. It avoids
-// the typed-nil trap of returning an empty Problems as a non-nil error.
+// Err returns ps, sorted, as an error, or nil when there are no problems. It
+// avoids the typed-nil trap of returning an empty Problems as a non-nil
+// error.
 func (ps Problems) Err() error {
 	if len(ps) == 0 {
 		return nil
@@ -129,13 +130,12 @@ func (p *Pipeline) Problemf(pos Pos, field, format string, args ...any) Problem 
 // the position of its nearest written parent, and the zero Pos when nothing
 // is known (a Pipeline built in code rather than parsed).
 func (p *Pipeline) Where(field string) Pos {
-	for field != "" {
-		if pos, ok := p.pos[field]; ok {
-			return pos
+	for {
+		if pos, ok := p.pos[field]; ok || field == "" {
+			return pos // the document itself is recorded as ""
 		}
 		field = parentPath(field)
 	}
-	return Pos{}
 }
 
 // parentPath strips the last element off a field path: "a.b[2]" -> "a.b",

@@ -66,10 +66,17 @@ var unitNames = map[string]TimeUnit{"s": UnitS, "ms": UnitMS, "us": UnitUS, "ns"
 
 // String returns the unit as written in a spec.
 func (u TimeUnit) String() string {
-	for name, v := range unitNames {
-		if v == u {
-			return name
-		}
+	switch u {
+	case UnitS:
+		return "s"
+	case UnitMS:
+		return "ms"
+	case UnitUS:
+		return "us"
+	case UnitNS:
+		return "ns"
+	case UnitRFC3339:
+		return "rfc3339"
 	}
 	return "TimeUnit(?)"
 }

@@ -22,9 +22,9 @@ func checkTopicFilter(topic string) ([]string, error) {
 		switch {
 		case l == "+" || l == "#" && i == len(levels)-1:
 		case l == "#":
-			return nil, fmt.Errorf("%q: # must be the last level (it matches all remaining levels)", topic)
+			return nil, fmt.Errorf("%q is not a valid topic filter: # must be the last level (it matches all remaining levels)", topic)
 		case strings.ContainsAny(l, "+#"):
-			return nil, fmt.Errorf("%q: level %d %q mixes a wildcard with other text; + and # must be a whole level, as in a/+/c or a/#", topic, i, l)
+			return nil, fmt.Errorf("%q is not a valid topic filter: level %d %q mixes a wildcard with other text; + and # must be a whole level, as in a/+/c or a/#", topic, i, l)
 		}
 	}
 	return levels, nil
@@ -36,21 +36,43 @@ func checkTopicName(topic string) error {
 		return err
 	}
 	if strings.ContainsAny(topic, "+#") {
-		return fmt.Errorf("%q: a topic to publish to cannot contain the wildcards + or #", topic)
+		return fmt.Errorf("%q cannot be published to: a topic name has no wildcards (+ or #)", topic)
 	}
 	return nil
+}
+
+// topicMatches reports whether a valid filter (given as levels) matches the
+// topic name, per MQTT: + matches one level, # any number of levels
+// including none (a/# matches a), and wildcards at the start do not match
+// topics beginning with $ (such as $SYS).
+func topicMatches(filter []string, topic string) bool {
+	levels := strings.Split(topic, "/")
+	if strings.HasPrefix(topic, "$") && (filter[0] == "+" || filter[0] == "#") {
+		return false
+	}
+	for i, f := range filter {
+		switch {
+		case f == "#":
+			return true
+		case i >= len(levels):
+			return false
+		case f != "+" && f != levels[i]:
+			return false
+		}
+	}
+	return len(levels) == len(filter)
 }
 
 func checkTopicText(topic string) error {
 	switch {
 	case topic == "":
-		return fmt.Errorf("empty topic")
+		return fmt.Errorf("the topic is empty")
 	case len(topic) > maxTopicLen:
-		return fmt.Errorf("topic is %d bytes long; MQTT allows at most %d", len(topic), maxTopicLen)
+		return fmt.Errorf("the topic is %d bytes long; MQTT allows at most %d", len(topic), maxTopicLen)
 	case !utf8.ValidString(topic):
-		return fmt.Errorf("%q is not valid UTF-8", topic)
+		return fmt.Errorf("the topic %q is not valid UTF-8", topic)
 	case strings.ContainsRune(topic, 0):
-		return fmt.Errorf("%q contains a NUL character", topic)
+		return fmt.Errorf("the topic %q contains a NUL character", topic)
 	}
 	return nil
 }

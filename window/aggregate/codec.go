@@ -121,6 +121,7 @@ func (s *Set) Decode(st *State, b []byte) error {
 	vals = vals[:len(s.zero)]
 	records, err := s.parse(st, vals, b)
 	if err != nil {
+		dropScratch(st)
 		return err
 	}
 	for _, a := range s.adds {
@@ -168,6 +169,7 @@ func (s *Set) MergeEncoded(dst *State, b []byte) error {
 	vals = vals[:len(s.zero)]
 	records, err := s.parse(dst, vals, b)
 	if err != nil {
+		dropScratch(dst)
 		return err
 	}
 	dst.records += records
@@ -190,6 +192,14 @@ func (s *Set) MergeEncoded(dst *State, b []byte) error {
 		}
 	}
 	return nil
+}
+
+// dropScratch releases what a failed parse may have left in the scratch
+// sketches, so that a rejected partial does not pin its memory.
+func dropScratch(st *State) {
+	for _, tmp := range st.hllTmp {
+		*tmp = hyperloglog.Sketch{}
+	}
 }
 
 // parse validates all of b. It leaves the scalar slots of the encoded state

@@ -94,9 +94,13 @@ func slots(f Func, in int) int {
 type Set struct {
 	specs []Spec
 	aggs  []agg // one per spec, in spec order
-	adds  []agg // the aggs Add has work for: all but count()
-	zero  []float64
-	json  [][]byte // `"name":` per spec, escaped once here
+	adds  []agg // the aggs Merge has work for: all but count()
+	// Add's two loops: the scalar one calls nothing, so the compiler keeps
+	// its state in registers; the sketch calls go in their own loop.
+	scalars  []agg
+	sketches []agg
+	zero     []float64
+	json     [][]byte // `"name":` per spec, escaped once here
 
 	numInputs  int
 	hashInputs int
@@ -150,10 +154,6 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 		} else if sp.Param != 0 {
 			bad(i, sp, "parameter %v given, only quantile takes one", sp.Param)
 		}
-	}
-	if hasQuantile && !quantileSupported {
-		errs = append(errs, fmt.Errorf("aggregate: quantile needs DDSketch, which this build leaves out "+
-			"(build tag runnel_ddsketch; see the package doc): %w", ErrInvalid))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -210,8 +210,14 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 		}
 		off += n
 		s.aggs[i] = a
-		if !(sp.Func == Count && sp.Input < 0) {
+		switch {
+		case sp.Func == Count && sp.Input < 0:
+		case sp.Func == Distinct || sp.Func == Quantile:
 			s.adds = append(s.adds, a)
+			s.sketches = append(s.sketches, a)
+		default:
+			s.adds = append(s.adds, a)
+			s.scalars = append(s.scalars, a)
 		}
 		name, _ := json.Marshal(sp.Name) // a string always marshals; invalid UTF-8 becomes U+FFFD
 		s.json[i] = append(name, ':')

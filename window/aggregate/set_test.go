@@ -23,25 +23,9 @@ func TestNewSetRejects(t *testing.T) {
 		{"param on sum", []Spec{{Name: "a", Func: Sum, Param: 0.5}}, Options{}, []string{"only quantile takes one"}},
 		{"bad accuracy", []Spec{{Name: "a", Func: Sum}}, Options{QuantileAccuracy: 0.9}, []string{"quantile accuracy 0.9"}},
 		{"bad precision", []Spec{{Name: "a", Func: Sum}}, Options{HLLPrecision: 3}, []string{"precision 3"}},
+		{"quantile q", []Spec{{Name: "a", Func: Quantile, Param: 1.5}, {Name: "b", Func: Quantile, Param: nan()}}, Options{}, []string{"q=1.5 outside", "q=NaN outside"}},
 		{"all at once", []Spec{{Func: Sum}, {Name: "b", Func: Min, Input: -1}, {Name: "b", Func: 0}}, Options{HLLPrecision: 19},
 			[]string{"empty name", "input slot -1", "name already used", "unknown function", "precision 19"}},
-	}
-	if quantileSupported {
-		tests = append(tests,
-			struct {
-				name  string
-				specs []Spec
-				opts  Options
-				want  []string
-			}{"quantile q", []Spec{{Name: "a", Func: Quantile, Param: 1.5}, {Name: "b", Func: Quantile, Param: nan()}}, Options{}, []string{"q=1.5 outside", "q=NaN outside"}})
-	} else {
-		tests = append(tests,
-			struct {
-				name  string
-				specs []Spec
-				opts  Options
-				want  []string
-			}{"quantile unsupported", []Spec{{Name: "a", Func: Quantile, Param: 0.5}}, Options{}, []string{"runnel_ddsketch"}})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

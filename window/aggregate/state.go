@@ -107,16 +107,9 @@ func (s *Set) Add(st *State, in *Input) {
 	st.records++
 	v := st.vals
 	nums := in.Nums
-	for i := range s.adds {
-		a := &s.adds[i]
+	for i := range s.scalars {
+		a := &s.scalars[i]
 		o := a.off
-		if a.fn == Distinct {
-			if h := in.Hashes[a.in]; h != 0 {
-				st.hll[a.sk].InsertHash(h)
-				v[o]++
-			}
-			continue
-		}
 		x := nums[a.in]
 		if x != x { // NaN: null
 			continue
@@ -166,10 +159,17 @@ func (s *Set) Add(st *State, in *Input) {
 				v[o+2] = x
 			}
 			v[o]++
-		case Quantile:
-			if st.qs[a.sk].add(&s.quant, x) {
-				v[o]++
+		}
+	}
+	for i := range s.sketches {
+		a := &s.sketches[i]
+		if a.fn == Distinct {
+			if h := in.Hashes[a.in]; h != 0 {
+				st.hll[a.sk].InsertHash(h)
+				v[a.off]++
 			}
+		} else if x := nums[a.in]; x == x && st.qs[a.sk].add(&s.quant, x) {
+			v[a.off]++
 		}
 	}
 }

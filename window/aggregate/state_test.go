@@ -22,6 +22,10 @@ func TestFuncs(t *testing.T) {
 		return out
 	}
 	inf := math.Inf(1)
+	ramp := make([]rec, 100)
+	for i := range ramp {
+		ramp[i] = rec{x: float64(i + 1)}
+	}
 	tests := []struct {
 		name string
 		spec Spec
@@ -77,29 +81,16 @@ func TestFuncs(t *testing.T) {
 		{"distinct empty", Spec{Func: Distinct}, nil, in(0), 0},
 		{"distinct skips zero hash", Spec{Func: Distinct}, []rec{{h: 0}, {h: 0}}, in(0), 0},
 		{"distinct", Spec{Func: Distinct}, []rec{{h: hashOf(1)}, {h: hashOf(2)}, {h: 0}, {h: hashOf(1)}, {h: hashOf(3)}}, in(3), 0},
-	}
-	if quantileSupported {
-		ramp := make([]rec, 100)
-		for i := range ramp {
-			ramp[i] = rec{x: float64(i + 1)}
-		}
-		tests = append(tests, []struct {
-			name string
-			spec Spec
-			recs []rec
-			want Value
-			tol  float64
-		}{
-			{"quantile empty", Spec{Func: Quantile, Param: 0.5}, xs(null), Value{}, 0},
-			// rank q·(n-1) = 49.5: DDSketch answers the 50th smallest value (50) within α.
-			{"quantile median", Spec{Func: Quantile, Param: 0.5}, ramp, fl(50), 0.01},
-			{"quantile max", Spec{Func: Quantile, Param: 1}, ramp, fl(100), 0.01},
-			{"quantile min", Spec{Func: Quantile, Param: 0}, ramp, fl(1), 0.01},
-			{"quantile negative", Spec{Func: Quantile, Param: 0}, xs(-5, -1, 3), fl(-5), 0.01},
-			{"quantile zero", Spec{Func: Quantile, Param: 0.5}, xs(-5, 0, 3), fl(0), 0},
-			{"quantile skips inf", Spec{Func: Quantile, Param: 1}, xs(2, inf), fl(2), 0.01},
-			{"quantile all inf is null", Spec{Func: Quantile, Param: 1}, xs(inf), Value{}, 0},
-		}...)
+
+		{"quantile empty", Spec{Func: Quantile, Param: 0.5}, xs(null), Value{}, 0},
+		// rank q·(n-1) = 49.5: DDSketch answers the 50th smallest value (50) within α.
+		{"quantile median", Spec{Func: Quantile, Param: 0.5}, ramp, fl(50), 0.01},
+		{"quantile max", Spec{Func: Quantile, Param: 1}, ramp, fl(100), 0.01},
+		{"quantile min", Spec{Func: Quantile, Param: 0}, ramp, fl(1), 0.01},
+		{"quantile negative", Spec{Func: Quantile, Param: 0}, xs(-5, -1, 3), fl(-5), 0.01},
+		{"quantile zero", Spec{Func: Quantile, Param: 0.5}, xs(-5, 0, 3), fl(0), 0},
+		{"quantile skips inf", Spec{Func: Quantile, Param: 1}, xs(2, inf), fl(2), 0.01},
+		{"quantile all inf is null", Spec{Func: Quantile, Param: 1}, xs(inf), Value{}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,9 +200,7 @@ func TestCopyTo(t *testing.T) {
 		{Name: "last", Func: Last},
 		{Name: "ids", Func: Distinct},
 	}
-	if quantileSupported {
-		specs = append(specs, Spec{Name: "p90", Func: Quantile, Param: 0.9})
-	}
+	specs = append(specs, Spec{Name: "p90", Func: Quantile, Param: 0.9})
 	s := mustSet(t, Options{}, specs...)
 	src, dst := s.New(), s.New()
 	addAll(s, src, rec{t: 1, x: 3, h: hashOf(1)}, rec{t: 2, x: 5, h: hashOf(2)})
@@ -246,6 +235,36 @@ func TestInputSlots(t *testing.T) {
 	for i, w := range want {
 		if got := s.Result(st, i); got != w {
 			t.Errorf("%s = %+v, want %+v", s.Spec(i).Name, got, w)
+		}
+	}
+}
+
+// TestNewStates: slab-allocated States (states.go, for the window
+// operator) behave like States from New and do not share slots.
+func TestNewStates(t *testing.T) {
+	for _, specs := range [][]Spec{scalarSpecs, {{Name: "ids", Func: Distinct}, {Name: "p", Func: Quantile, Param: 0.5}, {Name: "avg", Func: Avg}}} {
+		s := mustSet(t, Options{}, specs...)
+		sts := s.NewStates(3)
+		ref := s.New()
+		for i := range sts {
+			if !s.Empty(&sts[i]) {
+				t.Fatalf("slab State %d not empty", i)
+			}
+		}
+		addAll(s, &sts[1], rec{t: 1, x: 2, h: hashOf(1)}, rec{t: 2, x: -4, h: hashOf(2)})
+		addAll(s, ref, rec{t: 1, x: 2, h: hashOf(1)}, rec{t: 2, x: -4, h: hashOf(2)})
+		if a, b := s.AppendEncode(nil, &sts[1]), s.AppendEncode(nil, ref); string(a) != string(b) {
+			t.Errorf("slab State encodes %x, New State %x", a, b)
+		}
+		empty := s.AppendEncode(nil, s.New())
+		for _, i := range []int{0, 2} {
+			if got := s.AppendEncode(nil, &sts[i]); string(got) != string(empty) {
+				t.Errorf("adding to slab State 1 changed State %d: %x", i, got)
+			}
+		}
+		s.Reset(&sts[1])
+		if got := s.AppendEncode(nil, &sts[1]); string(got) != string(empty) {
+			t.Errorf("Reset slab State encodes %x", got)
 		}
 	}
 }

@@ -1,5 +1,3 @@
-//go:build runnel_ddsketch
-
 package aggregate
 
 import (
@@ -18,8 +16,6 @@ import (
 // bin indexes (a hostile index would size a store to gigabytes) and ignores
 // store errors. Our block carries the bins alone, delta-coded, and read
 // checks every index against the mapping's range before a store sees it.
-
-const quantileSupported = true
 
 // quantiles is the per-Set DDSketch configuration, shared by all its States.
 type quantiles struct {
@@ -59,7 +55,7 @@ func (q *quantiles) newSketch() *qsketch {
 }
 
 // add adds x and reports whether the sketch took it: ±Inf and magnitudes
-// beyond the mapping's range (about 1.7e308) are refused and not counted.
+// beyond the mapping's range (about 1.26e308) are refused and not counted.
 func (sk *qsketch) add(_ *quantiles, x float64) bool { return sk.dd.Add(x) == nil }
 
 func (sk *qsketch) reset() { sk.dd.Clear() }

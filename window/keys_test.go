@@ -1,0 +1,54 @@
+package window
+
+import (
+	"fmt"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// TestKeyIndexMatchesMap inserts and removes random keys (with colliding
+// hashes on purpose) and checks every lookup against a Go map.
+func TestKeyIndexMatchesMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		x := newKeyIndex()
+		var keys []keyState
+		ref := map[string]int32{}
+		hashBits := rapid.SampledFrom([]uint64{0, 3, 64}).Draw(t, "hashBits")
+		hash := func(k string) uint64 {
+			var h uint64 = 1469598103934665603
+			for i := 0; i < len(k); i++ {
+				h = (h ^ uint64(k[i])) * 1099511628211
+			}
+			if hashBits < 64 {
+				h &= 1<<hashBits - 1 // force collisions
+			}
+			return h
+		}
+		for range rapid.IntRange(0, 3000).Draw(t, "ops") {
+			k := fmt.Sprintf("k%d", rapid.IntRange(0, 400).Draw(t, "key"))
+			idx, ok := ref[k]
+			if got := x.find(hash(k), []byte(k), keys); (got >= 0) != ok || (ok && got != idx) {
+				t.Fatalf("find(%s) = %d, want %d (present %v)", k, got, idx, ok)
+			}
+			if ok {
+				x.remove(hash(k), idx)
+				delete(ref, k)
+				keys[idx].key = nil
+				continue
+			}
+			idx = int32(len(keys))
+			keys = append(keys, keyState{key: []byte(k)})
+			x.insert(hash(k), idx)
+			ref[k] = idx
+		}
+		if x.n != len(ref) {
+			t.Fatalf("n = %d, want %d", x.n, len(ref))
+		}
+		for k, idx := range ref {
+			if got := x.find(hash(k), []byte(k), keys); got != idx {
+				t.Fatalf("final find(%s) = %d, want %d", k, got, idx)
+			}
+		}
+	})
+}

@@ -1,0 +1,64 @@
+package window
+
+// PrefetchMax is the most records one Prefetch call looks at.
+const PrefetchMax = 64
+
+// Prefetch is a hint: it reads, without changing anything, the memory that
+// Add will need for the next records (their index slots, key entries, key
+// bytes and current partials), one level at a time across all of them.
+// Loads that do not depend on each other overlap in the CPU, so a run of
+// records with keys scattered over a large state pays roughly one memory
+// latency per level instead of one per level per record. Call it with up to
+// PrefetchMax records' hashes and event times, then Add them as usual; it
+// never affects results.
+func (o *Operator) Prefetch(hashes []uint64, times []int64) {
+	n := min(len(hashes), len(times), PrefetchMax)
+	var idx [PrefetchMax]int32
+	var sink uint64
+	x := &o.index
+	mask := uint64(len(x.slots) - 1)
+	for i := range n {
+		sink += x.slots[x.home(hashes[i])].hash
+	}
+	for i := range n {
+		h := hashes[i]
+		idx[i] = -1
+		for j := x.home(h); ; j = (j + 1) & mask {
+			s := x.slots[j]
+			if s.idx == 0 {
+				break
+			}
+			if s.hash == h {
+				idx[i] = s.idx - 1
+				sink += uint64(len(o.keys[s.idx-1].key))
+				break
+			}
+		}
+	}
+	for i := range n {
+		if idx[i] >= 0 {
+			if k := o.keys[idx[i]].key; len(k) > 0 {
+				sink += uint64(k[0])
+			}
+		}
+	}
+	if o.kind != Session && len(o.slabs) > 0 {
+		for i := range n {
+			if idx[i] < 0 {
+				continue
+			}
+			se := o.sl.sliceEnd(times[i])
+			for j := len(o.slabs) - 1; j >= 0 && o.slabs[j].end >= se; j-- {
+				if o.slabs[j].end == se {
+					c := int(idx[i] >> chunkBits)
+					if chs := o.slabs[j].chunks; c < len(chs) && chs[c] != nil {
+						st := &chs[c].states[idx[i]&chunkMask]
+						sink += o.aggs.Touch(st)
+					}
+					break
+				}
+			}
+		}
+	}
+	o.sink += sink
+}
