@@ -94,10 +94,10 @@ func trimEOL(b []byte) []byte {
 
 // jsonLines is the Sink of replay: one JSON object per line on each output.
 type jsonLines struct {
-	p                *operators.Pipeline
-	res, late, dead  *bufio.Writer
-	st               *aggregate.State
-	buf              []byte
+	p               *operators.Pipeline
+	res, late, dead *bufio.Writer
+	st              *aggregate.State
+	buf             []byte
 }
 
 func newJSONLines(p *operators.Pipeline, res, late, dead io.Writer) *jsonLines {
