@@ -85,24 +85,45 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 				b.Fatal(err)
 			}
 			src := newPayloads(100_000)
-			in := aggregate.Input{}
+			// As a worker does: a run of decoded records, prefetched, then added.
+			const run = window.PrefetchMax
+			var (
+				keys   [run][]byte
+				hashes [run]uint64
+				times  [run]int64
+				temps  [run]float64
+				marks  [run]int64
+			)
 			i := 0
+			in := aggregate.Input{Nums: make([]float64, 1)}
 			step := func() {
-				if err := dec.Decode(src.at(i), "plant/north/temp", rec); err != nil {
-					b.Fatal(err)
+				for j := range run {
+					if err := dec.Decode(src.at(i+j), "plant/north/temp", rec); err != nil {
+						b.Fatal(err)
+					}
+					keys[j] = append(keys[j][:0], rec.Key...)
+					hashes[j], times[j], temps[j] = rec.Hash, rec.Time, rec.Nums[0]
+					marks[j] = wms.Observe(0, rec.Time)
 				}
-				op.Advance(wms.Observe(0, rec.Time))
-				in = aggregate.Input{Time: rec.Time, Nums: rec.Nums, Hashes: rec.Hashes}
-				op.Add(rec.Key, rec.Hash, &in)
-				i++
+				op.Prefetch(hashes[:], times[:])
+				for j := range run {
+					op.Advance(marks[j])
+					in.Time, in.Nums[0] = times[j], temps[j]
+					op.Add(keys[j], hashes[j], &in)
+				}
+				i += run
 			}
-			for range 100_000 * 8 { // fill a window first
+			for range 100_000 * 8 / run { // fill a window first
 				step()
 			}
 			var bytes int64
+			n := 0
 			for b.Loop() {
 				bytes += int64(len(src.docs[i%src.nkeys]))
-				step()
+				n++
+				if n%run == 1 {
+					step()
+				}
 			}
 			b.SetBytes(bytes / int64(b.N))
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")

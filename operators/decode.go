@@ -87,6 +87,9 @@ func (d *Decoder) Decode(payload []byte, topic string, r *Record) error {
 	p := d.p
 	np := len(p.payload)
 	if err := d.ex.Extract(payload, d.vals[:np]); err != nil {
+		if se, ok := err.(*jsonfield.SyntaxError); ok {
+			return badf("invalid JSON at byte %d: %s", se.Offset, se.Msg)
+		}
 		return badf("invalid JSON: %v", err)
 	}
 	if len(p.topicLevels) > 0 {

@@ -132,7 +132,15 @@ func (p *Pipeline) AppendKeyJSON(dst, key []byte) ([]byte, error) {
 		switch kind {
 		case 's':
 			dst = appendJSONString(dst, string(v))
-		case 'n', 'b':
+		case 'n':
+			if !isJSONNumber(v) {
+				return dst, fmt.Errorf("operators: corrupt key: field %d: %q is not a number", i, v)
+			}
+			dst = append(dst, v...)
+		case 'b':
+			if string(v) != "true" && string(v) != "false" {
+				return dst, fmt.Errorf("operators: corrupt key: field %d: %q is not a bool", i, v)
+			}
 			dst = append(dst, v...)
 		default:
 			return dst, fmt.Errorf("operators: corrupt key: field %d kind %q", i, kind)
@@ -142,6 +150,44 @@ func (p *Pipeline) AppendKeyJSON(dst, key []byte) ([]byte, error) {
 		return dst, fmt.Errorf("operators: corrupt key: %d trailing bytes", len(key))
 	}
 	return append(dst, '}'), nil
+}
+
+// isJSONNumber reports whether b is a JSON number (RFC 8259 grammar).
+func isJSONNumber(b []byte) bool {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
 }
 
 const hexDigits = "0123456789abcdef"

@@ -34,7 +34,7 @@ func main() {
 			line := fmt.Sprintf(`{"device":%q,"site":%q,"ts":%d,"temp":%.2f}`, dev, site, ts, temp)
 			delay := float64(rng.IntN(4000)) // network jitter: out of order within 5 s
 			if rng.IntN(40) == 0 {
-				delay = 20000 + float64(rng.IntN(60000)) // a straggler: late, maybe too late
+				delay = 20000 + float64(rng.IntN(150000)) // a straggler: late, maybe too late
 			}
 			rs = append(rs, reading{float64(ts) + delay, line})
 			if rng.IntN(30) == 0 {

@@ -1,15 +1,19 @@
 package jsonfield
 
-// decimal is a JSON number literal reduced to ±mant × 10^exp, with mant
-// holding the significant digits (no leading or trailing zeros). When there
-// are more than 19 significant digits, digits says so and mant is not
-// meaningful.
+// decimal is a JSON number literal reduced to ±mant × 10^exp. mant holds
+// the first 19 significant digits (every 19-digit number fits a uint64);
+// when a nonzero digit past those was dropped, trunc is set and low holds
+// the power of ten of the lowest nonzero digit, which is all Int needs.
 type decimal struct {
-	mant   uint64
-	digits int // significant digits; 0 means the value is zero
-	exp    int
-	neg    bool
+	mant  uint64
+	exp   int
+	low   int
+	neg   bool
+	trunc bool
 }
+
+// maxMantDigits is how many significant digits decimal keeps.
+const maxMantDigits = 19
 
 // expCap bounds the exponent we accumulate so 1e99999999999999999999 cannot
 // overflow an int; anything near it is out of every range we care about.
@@ -18,7 +22,7 @@ const expCap = 1 << 30
 // parseDecimal reads a number in RFC 8259 grammar
 // (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?), filling the whole of b.
 // It reports false for anything else, including the extras strconv accepts
-// (inf, 0x1p3, +1, 1_000).
+// (inf, 0x1p3, +1, 1_000). One pass, no allocation.
 func parseDecimal(b []byte) (d decimal, ok bool) {
 	i := 0
 	if i < len(b) && b[i] == '-' {
@@ -31,26 +35,40 @@ func parseDecimal(b []byte) (d decimal, ok bool) {
 	if b[i] == '0' && i+1 < len(b) && isDigit(b[i+1]) {
 		return d, false // leading zero
 	}
-	// zeros counts zeros seen since the last nonzero digit; they join the
-	// mantissa only when another nonzero digit follows, so trailing zeros
-	// end up in the exponent and leading zeros nowhere.
-	zeros, frac := 0, 0
-	j := i
+	nd := 0       // significant digits in mant
+	lastInt := -1 // index in b of the last nonzero dropped integer digit
+	lastFrac := 0 // k of the last nonzero dropped fraction digit (10^-k)
 	for ; i < len(b) && isDigit(b[i]); i++ {
+		if nd < maxMantDigits {
+			if d.mant = d.mant*10 + uint64(b[i]-'0'); d.mant != 0 {
+				nd++
+			}
+			continue
+		}
+		d.exp++
+		if b[i] != '0' {
+			d.trunc, lastInt = true, i
+		}
 	}
-	zeros = d.addDigits(b[j:i], zeros)
+	intEnd := i
 	if i < len(b) && b[i] == '.' {
 		i++
-		j = i
+		fracStart := i
 		for ; i < len(b) && isDigit(b[i]); i++ {
+			if nd < maxMantDigits {
+				if d.mant = d.mant*10 + uint64(b[i]-'0'); d.mant != 0 {
+					nd++
+				}
+				d.exp--
+			} else if b[i] != '0' {
+				d.trunc, lastFrac = true, i-fracStart+1
+			}
 		}
-		if i == j {
+		if i == fracStart {
 			return d, false
 		}
-		frac = i - j
-		zeros = d.addDigits(b[j:i], zeros)
 	}
-	exp := 0
+	e := 0
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		i++
 		eneg := false
@@ -62,46 +80,28 @@ func parseDecimal(b []byte) (d decimal, ok bool) {
 			return d, false
 		}
 		for ; i < len(b) && isDigit(b[i]); i++ {
-			if exp < expCap {
-				exp = exp*10 + int(b[i]-'0')
+			if e < expCap {
+				e = e*10 + int(b[i]-'0')
 			}
 		}
 		if eneg {
-			exp = -exp
+			e = -e
 		}
 	}
 	if i != len(b) {
 		return d, false
 	}
-	if d.digits == 0 {
-		return d, true // zero, whatever the exponent
+	d.exp += e
+	if d.trunc {
+		// The dropped digits are below the kept ones, so the lowest
+		// nonzero digit of the number is the last nonzero dropped one.
+		if lastFrac > 0 {
+			d.low = e - lastFrac
+		} else {
+			d.low = e + intEnd - 1 - lastInt
+		}
 	}
-	d.exp = exp - frac + zeros
 	return d, true
-}
-
-// addDigits appends decimal digits to the mantissa; zeros is the count of
-// zeros pending since the last nonzero digit, returned updated.
-func (d *decimal) addDigits(b []byte, zeros int) int {
-	for _, c := range b {
-		if c == '0' {
-			if d.digits > 0 {
-				zeros++
-			}
-			continue
-		}
-		for ; zeros > 0; zeros-- {
-			d.digits++
-			if d.digits <= 19 {
-				d.mant *= 10
-			}
-		}
-		d.digits++
-		if d.digits <= 19 {
-			d.mant = d.mant*10 + uint64(c-'0')
-		}
-	}
-	return zeros
 }
 
 // pow10u holds 10^0 .. 10^19, every power of ten a uint64 holds.
@@ -112,25 +112,36 @@ var pow10u = [...]uint64{
 
 // int64 returns the exact integer value, ErrNotInteger or ErrRange.
 func (d decimal) int64() (int64, error) {
-	if d.digits == 0 {
-		return 0, nil
+	if d.mant == 0 {
+		return 0, nil // the kept digits are the leading ones: all zero means zero
 	}
-	if d.exp < 0 {
-		// mant ends in a nonzero digit, and it sits right of the point.
+	if d.trunc {
+		// More than 19 significant digits: an integer that long is at
+		// least 10^19, beyond int64.
+		if d.low >= 0 {
+			return 0, ErrRange
+		}
 		return 0, ErrNotInteger
 	}
-	if d.digits+d.exp > 19 {
-		return 0, ErrRange // at least 10^19 > 2^63
+	m, e := d.mant, d.exp
+	for ; e < 0; e++ {
+		if m%10 != 0 {
+			return 0, ErrNotInteger
+		}
+		m /= 10 // ends within 19 rounds: m is nonzero with at most 19 digits
+	}
+	if e >= len(pow10u) {
+		return 0, ErrRange
 	}
 	limit := uint64(1<<63 - 1)
 	if d.neg {
 		limit = 1 << 63
 	}
-	p := pow10u[d.exp]
-	if d.mant > limit/p {
+	p := pow10u[e]
+	if m > limit/p {
 		return 0, ErrRange
 	}
-	u := d.mant * p
+	u := m * p
 	if u > limit {
 		return 0, ErrRange
 	}

@@ -114,13 +114,13 @@ var pow10 = [...]float64{
 // which is exactly what strconv.ParseFloat returns. It covers the integers
 // and short decimals that sensors send.
 func (d decimal) fastFloat() (float64, bool) {
-	if d.digits == 0 {
+	if d.mant == 0 {
 		if d.neg {
 			return math.Copysign(0, -1), true
 		}
 		return 0, true
 	}
-	if d.digits > 19 || d.mant > 1<<53 || d.exp < -22 || d.exp > 22 {
+	if d.trunc || d.mant > 1<<53 || d.exp < -22 || d.exp > 22 {
 		return 0, false
 	}
 	f := float64(d.mant)
