@@ -25,6 +25,7 @@ const (
 
 type slab struct {
 	end    int64
+	first  int64    // blocks: end of the first slice merged in; slices: end
 	chunks []*chunk // chunk c holds key indexes [c*chunkSize, (c+1)*chunkSize)
 }
 
@@ -83,7 +84,7 @@ func (o *Operator) slab(se int64) *slab {
 	} else {
 		sb = &slab{}
 	}
-	sb.end = se
+	sb.end, sb.first = se, se
 	o.slabs = append(o.slabs, nil)
 	copy(o.slabs[i+1:], o.slabs[i:])
 	o.slabs[i] = sb
@@ -98,6 +99,11 @@ func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
 		return false // every window holding this slice has closed
 	}
 	o.aggs.Add(o.slabState(o.slab(se), idx), in)
+	if o.blockLen > 0 {
+		if blk := o.blockOf(se); blk != nil {
+			o.aggs.Add(o.slabState(blk, idx), in) // a late record into a merged block
+		}
+	}
 	k := &o.keys[idx]
 	k.lastSlice = max(k.lastSlice, se)
 	fe := o.sl.firstEnd(se)
@@ -178,6 +184,16 @@ func (o *Operator) advanceAligned() {
 		clear(o.slabs[m:])
 		o.slabs = o.slabs[:m]
 	}
+	n = 0
+	for n < len(o.blocks) && addSat(o.sl.lastEnd(o.blocks[n].first), o.lateness) <= o.wm {
+		o.recycle(o.blocks[n])
+		n++
+	}
+	if n > 0 {
+		m := copy(o.blocks, o.blocks[n:])
+		clear(o.blocks[m:])
+		o.blocks = o.blocks[:m]
+	}
 	if o.wm >= o.nextSweep {
 		o.sweepAligned()
 	}
@@ -193,6 +209,9 @@ func (o *Operator) fireWindow(e int64, first int) {
 		last++
 	}
 	cover := o.slabs[first : last+1]
+	if o.blockLen > 0 {
+		cover = o.blockCover(e, cover)
+	}
 	nchunks := 0
 	for _, sb := range cover {
 		nchunks = max(nchunks, len(sb.chunks))
@@ -322,4 +341,92 @@ func (o *Operator) sweepAligned() {
 		}
 	}
 	o.nextSweep = addSat(o.wm, o.idleKeep)
+}
+
+// Blocks. A sliding window of n slices would merge n partials per key each
+// time it fires. With blocks of about sqrt(n) slices, merged once and kept,
+// a window is its first and last few slices plus the blocks in between:
+// about 2*sqrt(n) merges per key and fire (a 1 h window sliding by 1 min:
+// about 15 instead of 60), for 1/sqrt(n) more memory. A late record updates
+// its slice and, if merged already, its block.
+
+// minBlockedSlices is the number of slices per window from which blocks pay.
+const minBlockedSlices = 16
+
+// blockBounds returns the first and last slice ends of the block holding
+// the slice ending at se. Blocks are aligned to multiples of blockLen.
+func (o *Operator) blockBounds(se int64) (first, end int64) {
+	end = floorDiv(se-o.sl.g, o.blockLen)*o.blockLen + o.blockLen
+	return end - o.blockLen + o.sl.g, end
+}
+
+// blockOf returns the merged block holding the slice ending at se, or nil.
+func (o *Operator) blockOf(se int64) *slab {
+	_, end := o.blockBounds(se)
+	for i := len(o.blocks) - 1; i >= 0 && o.blocks[i].end >= end; i-- {
+		if o.blocks[i].end == end {
+			return o.blocks[i]
+		}
+	}
+	return nil
+}
+
+// blockCover replaces, in the slabs covering the window ending at e, every
+// run of slabs that makes up a whole block inside the window by that block,
+// merging the block first if needed. The result lives in o.cover.
+func (o *Operator) blockCover(e int64, slabs []*slab) []*slab {
+	o.cover = o.cover[:0]
+	for i := 0; i < len(slabs); {
+		first, end := o.blockBounds(slabs[i].end)
+		if first <= e-o.sl.size || end > e {
+			o.cover = append(o.cover, slabs[i]) // block not inside the window
+			i++
+			continue
+		}
+		j := i
+		for j < len(slabs) && slabs[j].end <= end {
+			j++
+		}
+		blk := o.blockOf(slabs[i].end)
+		if blk == nil {
+			blk = o.mergeBlock(first, end, slabs[i:j])
+		}
+		o.cover = append(o.cover, blk)
+		i = j
+	}
+	return o.cover
+}
+
+// mergeBlock merges the slabs of one block, chunk by chunk, into a new block.
+func (o *Operator) mergeBlock(first, end int64, slabs []*slab) *slab {
+	var blk *slab
+	if n := len(o.freeSlabs); n > 0 {
+		blk = o.freeSlabs[n-1]
+		o.freeSlabs = o.freeSlabs[:n-1]
+	} else {
+		blk = &slab{}
+	}
+	blk.first, blk.end = first, end
+	for _, sb := range slabs {
+		for c, ch := range sb.chunks {
+			if ch == nil || ch.n == 0 {
+				continue
+			}
+			for w, x := range ch.bits {
+				for x != 0 {
+					i := w<<6 | bits.TrailingZeros64(x)
+					x &= x - 1
+					o.aggs.Merge(o.slabState(blk, int32(c<<chunkBits|i)), &ch.states[i])
+				}
+			}
+		}
+	}
+	i := len(o.blocks)
+	for i > 0 && o.blocks[i-1].end > end {
+		i--
+	}
+	o.blocks = append(o.blocks, nil)
+	copy(o.blocks[i+1:], o.blocks[i:])
+	o.blocks[i] = blk
+	return blk
 }

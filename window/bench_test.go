@@ -2,6 +2,8 @@ package window_test
 
 import (
 	"fmt"
+
+	"github.com/cespare/xxhash/v2"
 	"math/rand/v2"
 	"testing"
 
@@ -12,7 +14,7 @@ import (
 // benchStream is a fleet of sensors: keys report in rounds, every key once
 // per period, in a shuffled order, each reading up to 2 s out of order.
 type benchStream struct {
-	keys   [][]byte
+	ids    []int
 	hashes []uint64
 	jitter []int64
 	period int64 // ms between two readings of one key
@@ -22,20 +24,25 @@ func newBenchStream(nkeys int, period int64) *benchStream {
 	rng := rand.New(rand.NewPCG(7, 7))
 	s := &benchStream{period: period}
 	for _, k := range rng.Perm(nkeys) {
-		s.keys = append(s.keys, fmt.Appendf(nil, "sensor-%06d", k))
-		s.hashes = append(s.hashes, rng.Uint64())
+		s.ids = append(s.ids, k)
+		s.hashes = append(s.hashes, xxhash.Sum64(fmt.Appendf(nil, "sensor-%06d", k)))
 		s.jitter = append(s.jitter, rng.Int64N(2000))
 	}
 	return s
 }
 
-// at returns record i: its key, hash and event time.
-func (s *benchStream) at(i int) ([]byte, uint64, int64) {
-	n := len(s.keys)
+// at returns record i: its key (written into buf, as a decoder writes keys
+// into a batch), hash and event time.
+func (s *benchStream) at(i int, buf []byte) ([]byte, uint64, int64) {
+	n := len(s.ids)
 	k := i % n
 	round := int64(i / n)
 	t := round*s.period + int64(k)*s.period/int64(n) - s.jitter[k]
-	return s.keys[k], s.hashes[k], t
+	buf = append(buf[:0], "sensor-000000"...)
+	for j, id := len(buf)-1, s.ids[k]; id > 0; j, id = j-1, id/10 {
+		buf[j] = byte('0' + id%10)
+	}
+	return buf, s.hashes[k], t
 }
 
 var countAvgMax = []aggregate.Spec{
@@ -78,8 +85,10 @@ func BenchmarkOperator(b *testing.B) {
 			nums := []float64{0}
 			in := aggregate.Input{Nums: nums}
 			i := 0
+			var kb []byte
 			step := func() {
-				key, h, t := s.at(i)
+				key, h, t := s.at(i, kb[:0])
+				kb = key
 				op.Advance(t - 5000 + 2000) // watermark: max seen - out-of-orderness (jitter is < 2 s)
 				in.Time = t
 				nums[0] = float64(i%400) / 10
@@ -90,7 +99,7 @@ func BenchmarkOperator(b *testing.B) {
 			var ts [window.PrefetchMax]int64
 			prefetch := func() {
 				for j := range hs {
-					_, hs[j], ts[j] = s.at(i + j)
+					_, hs[j], ts[j] = s.at(i+j, kb[:0])
 				}
 				op.Prefetch(hs[:], ts[:])
 			}

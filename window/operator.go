@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/runnel-io/runnel/window/aggregate"
 )
@@ -56,7 +57,9 @@ type Operator struct {
 	// aligned windows
 	slabs        []*slab // live slabs, ordered by end
 	freeSlabs    []*slab
-	firedThrough int64 // every window ending at or before this has fired
+	blocks       []*slab // sliding: merged runs of blockLen/g slices, ordered by end
+	blockLen     int64   // ms covered by one block; 0 when windows have too few slices
+	firedThrough int64   // every window ending at or before this has fired
 	nextWork     int64 // earliest watermark at which Advance has aligned work
 	nextSweep    int64 // when idle keys are next looked for
 
@@ -66,6 +69,7 @@ type Operator struct {
 
 	scratch *aggregate.State
 	acc     []aggregate.State // a chunk of accumulators for firing sliding windows
+	cover   []*slab           // scratch for blockCover
 	res     Result
 	stats   Stats
 	sink    uint64 // Prefetch's reads land here so they are not optimized away
@@ -131,6 +135,9 @@ func NewOperator(cfg Config) (*Operator, error) {
 	} else {
 		o.sl = newSlicing(cfg.Assigner)
 		o.idleKeep = cfg.Assigner.Size
+		if n := o.sl.size / o.sl.g; n >= minBlockedSlices {
+			o.blockLen = int64(math.Round(math.Sqrt(float64(n)))) * o.sl.g
+		}
 	}
 	o.scratch = o.aggs.New()
 	return o, nil

@@ -125,6 +125,11 @@ func genConfig(t *rapid.T) oracle.Config {
 	case oracle.Sliding:
 		cfg.Slide = rapid.SampledFrom([]int64{1, 3, 5, 10}).Draw(t, "slide")
 		cfg.Size = cfg.Slide * rapid.Int64Range(1, 6).Draw(t, "mult")
+		if rapid.Bool().Draw(t, "many") {
+			// 16+ slices per window: merged blocks take part
+			cfg.Slide = rapid.SampledFrom([]int64{1, 2, 3}).Draw(t, "slide2")
+			cfg.Size = cfg.Slide * rapid.Int64Range(16, 40).Draw(t, "mult2")
+		}
 		if rapid.Bool().Draw(t, "unaligned") && cfg.Size > cfg.Slide+1 {
 			cfg.Size-- // size not a multiple of slide: slices of gcd
 		}

@@ -54,9 +54,9 @@ func (s *Set) AppendEncode(dst []byte, st *State) []byte {
 			dst = binary.AppendVarint(dst, slotTime(v[1]))
 			dst = appendF64(dst, v[2])
 		case Distinct:
-			dst = appendHLL(dst, st.hll[a.sk])
+			dst = appendHLL(dst, st.sk.hll[a.sk])
 		case Quantile:
-			dst = s.quant.appendEncode(dst, st.qs[a.sk])
+			dst = s.quant.appendEncode(dst, st.sk.qs[a.sk])
 		}
 	}
 	return dst
@@ -134,13 +134,13 @@ func (s *Set) Decode(st *State, b []byte) error {
 			}
 			// Adopt the validated sketch; the old one becomes scratch and
 			// is emptied so that it holds no memory.
-			st.hll[a.sk], st.hllTmp[a.sk] = st.hllTmp[a.sk], st.hll[a.sk]
-			*st.hllTmp[a.sk] = hyperloglog.Sketch{}
+			st.sk.hll[a.sk], st.sk.hllTmp[a.sk] = st.sk.hllTmp[a.sk], st.sk.hll[a.sk]
+			*st.sk.hllTmp[a.sk] = hyperloglog.Sketch{}
 		case Quantile:
-			q := st.qs[a.sk]
+			q := st.sk.qs[a.sk]
 			q.reset()
 			if n > 0 {
-				r := reader{b: b, off: st.qsAt[a.sk]}
+				r := reader{b: b, off: st.sk.qsAt[a.sk]}
 				_ = s.quant.read(&r, uint64(n), q) // validated by parse
 			}
 		}
@@ -181,14 +181,14 @@ func (s *Set) MergeEncoded(dst *State, b []byte) error {
 		}
 		switch a.fn {
 		case Distinct:
-			tmp := dst.hllTmp[a.sk]
-			if err := dst.hll[a.sk].Merge(tmp); err != nil {
+			tmp := dst.sk.hllTmp[a.sk]
+			if err := dst.sk.hll[a.sk].Merge(tmp); err != nil {
 				panic("aggregate: merge of validated sketch: " + err.Error()) // precision checked by parse
 			}
 			*tmp = hyperloglog.Sketch{}
 		case Quantile:
-			r := reader{b: b, off: dst.qsAt[a.sk]}
-			_ = s.quant.read(&r, uint64(n), dst.qs[a.sk]) // validated by parse
+			r := reader{b: b, off: dst.sk.qsAt[a.sk]}
+			_ = s.quant.read(&r, uint64(n), dst.sk.qs[a.sk]) // validated by parse
 		}
 	}
 	return nil
@@ -197,14 +197,17 @@ func (s *Set) MergeEncoded(dst *State, b []byte) error {
 // dropScratch releases what a failed parse may have left in the scratch
 // sketches, so that a rejected partial does not pin its memory.
 func dropScratch(st *State) {
-	for _, tmp := range st.hllTmp {
+	if st.sk == nil {
+		return
+	}
+	for _, tmp := range st.sk.hllTmp {
 		*tmp = hyperloglog.Sketch{}
 	}
 }
 
 // parse validates all of b. It leaves the scalar slots of the encoded state
-// in vals, a validated sketch per Distinct aggregate in st.hllTmp, and the
-// offset of each Quantile block in st.qsAt; it changes nothing else in st.
+// in vals, a validated sketch per Distinct aggregate in st.sk.hllTmp, and the
+// offset of each Quantile block in st.sk.qsAt; it changes nothing else in st.
 func (s *Set) parse(st *State, vals []float64, b []byte) (records uint64, err error) {
 	if len(b) == 0 {
 		return 0, fmt.Errorf("aggregate: decode: empty input: %w", ErrCorrupt)
@@ -276,11 +279,11 @@ func (s *Set) parse(st *State, vals []float64, b []byte) (records uint64, err er
 			}
 			v[2] += 0
 		case Distinct:
-			if err := s.parseHLL(st.hllTmp[a.sk], &r); err != nil {
+			if err := s.parseHLL(st.sk.hllTmp[a.sk], &r); err != nil {
 				return 0, fmt.Errorf("aggregate: decode: aggregate %d (%q, distinct): %w", i, s.specs[i].Name, err)
 			}
 		case Quantile:
-			st.qsAt[a.sk] = r.off
+			st.sk.qsAt[a.sk] = r.off
 			if err := s.quant.read(&r, n, nil); err != nil {
 				return 0, fmt.Errorf("aggregate: decode: aggregate %d (%q, quantile): %w", i, s.specs[i].Name, err)
 			}

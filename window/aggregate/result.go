@@ -56,7 +56,7 @@ func (s *Set) Result(st *State, i int) Value {
 		if n == 0 {
 			return Value{Kind: Int}
 		}
-		return Value{Kind: Int, Int: int64(st.hll[a.sk].Estimate())}
+		return Value{Kind: Int, Int: int64(st.sk.hll[a.sk].Estimate())}
 	}
 	if n == 0 {
 		return Value{}
@@ -76,7 +76,7 @@ func (s *Set) Result(st *State, i int) Value {
 	case First, Last:
 		f = v[2]
 	case Quantile:
-		f = st.qs[a.sk].quantile(a.q)
+		f = st.sk.qs[a.sk].quantile(a.q)
 	}
 	return Value{Kind: Float, Float: f}
 }

@@ -17,6 +17,13 @@ type State struct {
 	records uint64    // records added, plus records of merged states; count() reads it
 	vals    []float64 // scalar slots, laid out by Set.aggs[i].off
 
+	sk *sketches // nil unless the Set has Distinct or Quantile aggregates
+}
+
+// sketches is the part of a State only sketch Sets need; keeping it behind
+// one pointer keeps the State of scalar Sets small (40 bytes), which matters
+// when the window operator streams through slabs of them.
+type sketches struct {
 	hll    []*hyperloglog.Sketch // per Distinct aggregate
 	hllTmp []*hyperloglog.Sketch // Decode/MergeEncoded: sketches validated before they are applied
 	qs     []*qsketch            // per Quantile aggregate
@@ -26,19 +33,22 @@ type State struct {
 // New returns an empty State for s. It allocates.
 func (s *Set) New() *State {
 	st := &State{vals: append([]float64(nil), s.zero...)}
+	if s.nHLL > 0 || s.nQuant > 0 {
+		st.sk = &sketches{}
+	}
 	if s.nHLL > 0 {
-		st.hll = make([]*hyperloglog.Sketch, s.nHLL)
-		st.hllTmp = make([]*hyperloglog.Sketch, s.nHLL)
-		for i := range st.hll {
-			st.hll[i] = s.newHLL()
-			st.hllTmp[i] = new(hyperloglog.Sketch)
+		st.sk.hll = make([]*hyperloglog.Sketch, s.nHLL)
+		st.sk.hllTmp = make([]*hyperloglog.Sketch, s.nHLL)
+		for i := range st.sk.hll {
+			st.sk.hll[i] = s.newHLL()
+			st.sk.hllTmp[i] = new(hyperloglog.Sketch)
 		}
 	}
 	if s.nQuant > 0 {
-		st.qs = make([]*qsketch, s.nQuant)
-		st.qsAt = make([]int, s.nQuant)
-		for i := range st.qs {
-			st.qs[i] = s.quant.newSketch()
+		st.sk.qs = make([]*qsketch, s.nQuant)
+		st.sk.qsAt = make([]int, s.nQuant)
+		for i := range st.sk.qs {
+			st.sk.qs[i] = s.quant.newSketch()
 		}
 	}
 	return st
@@ -65,7 +75,7 @@ func (s *Set) Reset(st *State) {
 		case Distinct:
 			s.resetHLL(st, a)
 		case Quantile:
-			st.qs[a.sk].reset()
+			st.sk.qs[a.sk].reset()
 		}
 	}
 	copy(st.vals, s.zero)
@@ -78,10 +88,10 @@ func (s *Set) resetHLL(st *State, a agg) {
 	// hashes is still sparse (unless a foreign encoding handed it a dense
 	// one, which is merely wasteful).
 	if st.vals[a.off] >= float64(uint64(1)<<s.hllP/5) {
-		st.hll[a.sk] = s.newHLL()
+		st.sk.hll[a.sk] = s.newHLL()
 		return
 	}
-	st.hll[a.sk].Reset()
+	st.sk.hll[a.sk].Reset()
 }
 
 // Empty reports whether no record was added to st or merged into it since
@@ -165,10 +175,10 @@ func (s *Set) Add(st *State, in *Input) {
 		a := &s.sketches[i]
 		if a.fn == Distinct {
 			if h := in.Hashes[a.in]; h != 0 {
-				st.hll[a.sk].InsertHash(h)
+				st.sk.hll[a.sk].InsertHash(h)
 				v[a.off]++
 			}
-		} else if x := nums[a.in]; x == x && st.qs[a.sk].add(&s.quant, x) {
+		} else if x := nums[a.in]; x == x && st.sk.qs[a.sk].add(&s.quant, x) {
 			v[a.off]++
 		}
 	}
@@ -182,17 +192,20 @@ func (s *Set) Add(st *State, in *Input) {
 func (s *Set) Merge(dst, src *State) {
 	dst.records += src.records
 	mergeVals(s.adds, dst.vals, src.vals)
+	if s.nHLL == 0 && s.nQuant == 0 {
+		return
+	}
 	for _, a := range s.adds {
 		if src.vals[a.off] == 0 {
 			continue
 		}
 		switch a.fn {
 		case Distinct:
-			if err := dst.hll[a.sk].Merge(src.hll[a.sk]); err != nil {
+			if err := dst.sk.hll[a.sk].Merge(src.sk.hll[a.sk]); err != nil {
 				panic("aggregate: merge of sketches of one Set: " + err.Error())
 			}
 		case Quantile:
-			dst.qs[a.sk].merge(src.qs[a.sk])
+			dst.sk.qs[a.sk].merge(src.sk.qs[a.sk])
 		}
 	}
 }
@@ -266,13 +279,13 @@ func (s *Set) CopyTo(dst, src *State) {
 		case Distinct:
 			s.resetHLL(dst, a)
 			if src.vals[a.off] > 0 {
-				if err := dst.hll[a.sk].Merge(src.hll[a.sk]); err != nil {
+				if err := dst.sk.hll[a.sk].Merge(src.sk.hll[a.sk]); err != nil {
 					panic("aggregate: merge of sketches of one Set: " + err.Error())
 				}
 			}
 		case Quantile:
-			dst.qs[a.sk].reset()
-			dst.qs[a.sk].merge(src.qs[a.sk])
+			dst.sk.qs[a.sk].reset()
+			dst.sk.qs[a.sk].merge(src.sk.qs[a.sk])
 		}
 	}
 	dst.records = src.records

@@ -1,0 +1,261 @@
+package ingestlog
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The committer: the one goroutine that writes and fsyncs. It takes the
+// whole pending block at once (Append keeps filling the other buffer
+// meanwhile), so that one batch is one frame, one write and one fsync. That
+// is what lets Open tell a torn tail from damage: only the last write can be
+// torn, and it holds one frame.
+
+// minCompress is the smallest block worth handing to zstd.
+const minCompress = 256
+
+func (l *Log) run() {
+	defer l.finish()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-l.kick:
+		case <-l.stop:
+			l.drain()
+			return
+		}
+		for {
+			ready, wait := l.ready(time.Now())
+			if ready {
+				if err := l.commit(); err != nil {
+					<-l.stop // failed: nothing more to write, wait for Close
+					return
+				}
+				continue
+			}
+			if wait == 0 {
+				break // nothing buffered
+			}
+			timer.Reset(wait)
+			select {
+			case <-l.kick: // maybe the batch filled up; look again
+			case <-timer.C:
+			case <-l.stop:
+				timer.Stop()
+				l.drain()
+				return
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// ready says whether the pending block should be committed now, and if not,
+// how long until it must be (0: nothing is pending).
+func (l *Log) ready(now time.Time) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pendCount == 0 {
+		return false, 0
+	}
+	if l.opts.Sync != SyncGroup || len(l.pend)-frameHeaderSize >= l.opts.GroupBytes {
+		return true, 0
+	}
+	wait := l.pendSince.Add(l.opts.GroupDelay).Sub(now)
+	if wait <= 0 {
+		return true, 0
+	}
+	return false, wait
+}
+
+// drain commits everything still buffered, as Close asks.
+func (l *Log) drain() {
+	for !l.abort.Load() {
+		l.mu.Lock()
+		n := l.pendCount
+		l.mu.Unlock()
+		if n == 0 || l.commit() != nil {
+			return
+		}
+	}
+}
+
+// finish closes what the committer owns and tells Close and the waiters.
+func (l *Log) finish() {
+	var errs []error
+	if l.active != nil {
+		if err := l.active.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("ingestlog: close %s: %w", l.segsLast().name, err))
+		}
+	}
+	if l.enc != nil {
+		l.enc.Close()
+	}
+	if err := l.lock.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("ingestlog: unlock %s: %w", l.dir, err))
+	}
+	l.mu.Lock()
+	if l.err != nil {
+		errs = append([]error{l.err}, errs...)
+	}
+	l.closeErr = errors.Join(errs...)
+	l.exited = true
+	l.broadcastLocked()
+	l.mu.Unlock()
+	close(l.done)
+}
+
+func (l *Log) segsLast() *segment {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.segs[len(l.segs)-1]
+}
+
+// commit writes the pending block as one frame, fsyncs it and publishes the
+// new durable end. An error fails the log for good.
+func (l *Log) commit() error {
+	l.mu.Lock()
+	if l.pendCount == 0 {
+		l.mu.Unlock()
+		return nil
+	}
+	block, first, n := l.pend, l.pendFirst, l.pendCount
+	l.pend, l.spare = l.spare[:frameHeaderSize], nil
+	l.pendFirst += Position(n)
+	l.pendCount = 0
+	l.inflight = len(block) - frameHeaderSize
+	l.mu.Unlock()
+
+	frame := l.encodeFrame(block, first, n)
+	seg, off, err := l.writeFrame(frame, first)
+
+	l.mu.Lock()
+	l.spare = block[:0]
+	l.inflight = 0
+	if err != nil {
+		l.err = err
+		l.broadcastLocked()
+		l.mu.Unlock()
+		return err
+	}
+	end := first + Position(n)
+	if len(seg.index) == 0 || off-seg.index[len(seg.index)-1].off >= indexEvery {
+		seg.index = append(seg.index, indexEntry{pos: first, off: off})
+	}
+	seg.end = end
+	seg.size = l.written
+	l.durable.Store(uint64(end))
+	l.broadcastLocked()
+	l.mu.Unlock()
+	if l.opts.OnDurable != nil {
+		l.opts.OnDurable(end)
+	}
+	return nil
+}
+
+// encodeFrame fills in the frame header reserved at the front of block,
+// compressing the records when that is on and pays. The result aliases
+// block or l.zbuf.
+func (l *Log) encodeFrame(block []byte, first Position, n int) []byte {
+	raw := block[frameHeaderSize:]
+	h := frameHeader{typ: frameTypePlain, count: uint32(n), length: uint32(len(raw)), rawLen: uint32(len(raw)), first: first}
+	frame := block
+	if l.enc != nil && len(raw) >= minCompress {
+		z := l.enc.EncodeAll(raw, l.zbuf[:frameHeaderSize])
+		l.zbuf = z[:0]
+		if stored := len(z) - frameHeaderSize; stored <= len(raw)-len(raw)/8 {
+			h.typ, h.length, frame = frameTypeZstd, uint32(stored), z
+		}
+	}
+	h.crc = crc(frame[frameHeaderSize:])
+	h.put(frame[:frameHeaderSize])
+	return frame
+}
+
+// writeFrame appends frame to the active segment, starting a new segment
+// first when it would not fit, and fsyncs. It returns the segment and the
+// frame's offset in it.
+func (l *Log) writeFrame(frame []byte, first Position) (*segment, int64, error) {
+	seg := l.segsLast()
+	if l.written > segHeaderSize && l.written+int64(len(frame)) > l.opts.SegmentSize {
+		var err error
+		if seg, err = l.roll(first); err != nil {
+			return nil, 0, err
+		}
+	}
+	off := l.written
+	n, err := l.active.WriteAt(frame, off)
+	l.written += int64(n)
+	l.size.Add(int64(n))
+	if err != nil {
+		return nil, 0, errFailed("write", seg.name, err)
+	}
+	if l.opts.Sync != SyncNever {
+		if err := l.active.Sync(); err != nil {
+			return nil, 0, errFailed("fsync", seg.name, err)
+		}
+	}
+	return seg, off, nil
+}
+
+// roll closes the active segment, which the last commit left synced, and
+// starts the one whose first record is first.
+func (l *Log) roll(first Position) (*segment, error) {
+	old := l.segsLast()
+	if err := l.active.Close(); err != nil {
+		l.active = nil
+		return nil, errFailed("close", old.name, err)
+	}
+	l.active = nil
+	f, seg, err := l.createSegment(first)
+	if err != nil {
+		return nil, err
+	}
+	l.active, l.written = f, segHeaderSize
+	l.size.Add(segHeaderSize)
+	l.mu.Lock()
+	l.segs = append(l.segs, seg)
+	l.mu.Unlock()
+	return seg, nil
+}
+
+// createSegment makes an empty segment atomically: header written and synced
+// under a temporary name, then renamed, then the directory synced. A crash
+// leaves either no segment or a complete header, so a damaged header is
+// never a torn write. The returned file is open read-write.
+func (l *Log) createSegment(first Position) (File, *segment, error) {
+	name := segmentName(first)
+	path := l.path(name)
+	tmp := path + tmpSuffix
+	sync := l.opts.Sync != SyncNever
+	f, err := l.fs.Create(tmp)
+	if err != nil {
+		return nil, nil, errFailed("create", name+tmpSuffix, err)
+	}
+	var hdr [segHeaderSize]byte
+	putSegmentHeader(hdr[:], first)
+	step, err := "write", error(nil)
+	if _, err = f.WriteAt(hdr[:], 0); err == nil && sync {
+		step, err = "fsync", f.Sync()
+	}
+	if err == nil {
+		step, err = "rename", l.fs.Rename(tmp, path)
+	}
+	if err == nil && sync {
+		step, err = "sync directory for", l.fs.SyncDir(l.dir)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, errFailed(step, name, err)
+	}
+	seg := &segment{
+		name:  name,
+		first: first,
+		end:   first,
+		size:  segHeaderSize,
+		index: make([]indexEntry, 0, l.opts.SegmentSize/indexEvery+1),
+	}
+	return f, seg, nil
+}

@@ -1,0 +1,101 @@
+// Package ingestlog is the edge's write-ahead log of MQTT messages: every
+// message is appended here, and acknowledged to the broker (PUBACK) only once
+// it is durable. Its positions are the source offsets that MQTT does not
+// have: a checkpoint records one, and after a crash the edge replays the log
+// from it.
+//
+// # Model
+//
+// A log is a directory of segment files. Each segment is named by the
+// position of its first record (00000000000000004096.seg) and holds a small
+// header followed by frames. A frame is one block: the records of one group
+// commit, stored plain or as one zstd frame, with a CRC-32C over its header
+// and another over its payload. The byte layout is in
+// docs/formats/ingest-log.md.
+//
+// Records are opaque byte strings (the edge encodes topic and payload
+// itself). Each record has a Position: the first record ever appended has
+// Position 0, the next 1, and so on, across segments, restarts and deletions.
+// A record inside a compressed block is addressed like any other; a reader
+// asked for it decodes its block and skips the records before it. An
+// in-memory index of one frame offset per 64 KiB of segment bounds that work.
+//
+// Append copies the record into a buffer and returns its position at once.
+// One committer goroutine, started by Open and stopped by Close, takes the
+// whole buffer as one block, writes it as one frame with one write call,
+// fsyncs, and publishes the new durable end through Durable, WaitDurable and
+// Options.OnDurable. Under SyncGroup (the default) it commits when
+// GroupBytes are buffered or the oldest buffered record has waited
+// GroupDelay (2 ms); SyncAlways commits whenever anything is buffered;
+// SyncNever never fsyncs (tests, benchmarks). When MaxUnsynced bytes are
+// waiting, Append blocks: that is the back-pressure that stops the MQTT
+// handler and so the acks.
+//
+// A segment is started, when the next frame would take the current one past
+// SegmentSize, by writing its header under a temporary name, fsyncing,
+// renaming, and fsyncing the directory. DeleteBefore removes whole segments
+// once a checkpoint covers them.
+//
+// # Invariants
+//
+//   - Positions are dense and increase by one per record. Durable() = n means
+//     records 0..n-1 have been fsynced and will be found by Open after a
+//     power loss, byte for byte, in order.
+//   - Only one write is ever unsynced: a commit's write is fsynced before the
+//     next write or the next segment begins. Hence after a power loss only
+//     the last frame of the last segment can be torn.
+//   - A Reader returns durable records only, each once, in order, and
+//     verifies every frame's CRCs again as it reads.
+//   - Nothing on disk is ever overwritten; bytes are only appended, and cut
+//     off by Open's repair of a torn tail.
+//
+// # Recovery policy
+//
+// Open reads every segment and verifies every frame.
+//
+//   - Damage in any segment but the last (bad CRC, impossible lengths,
+//     trailing bytes, a frame whose positions do not follow on), a damaged
+//     segment header, or a gap or overlap in positions between segments, is
+//     an error wrapping ErrCorrupt that names the segment file and the byte
+//     offset. Open repairs nothing then: what to do with damaged data that
+//     may have been acknowledged is for an operator (or a restore from a
+//     snapshot) to decide, not for a silent skip.
+//   - In the last segment, Open finds the first frame that does not verify
+//     and looks for any verifiable frame after it (past the bad frame's
+//     payload when its header is sound, else at every byte offset). If there
+//     is one, the bad frame is damage in the middle: ErrCorrupt. If there is
+//     none, the bad bytes are the torn last write of a power loss: Open cuts
+//     them off, fsyncs, and says so in Recovery (segment, offset, bytes, and
+//     the records of the cut frame when its header could be read).
+//   - A segment header with another version byte gives ErrVersion and is
+//     never repaired: it may be a newer runnel's data.
+//   - Leftover *.seg.tmp files (a crash while starting a segment) are
+//     removed. Files with other names are left alone, except that a *.seg
+//     name the log does not write is an error.
+//
+// # Caveats
+//
+//   - Damage confined to the last frame looks exactly like a torn write, so
+//     it is cut off, not reported as corruption: on a card that loses synced
+//     data, the records of the last commit can be lost with a Recovery
+//     report rather than an error.
+//   - Open's scan reads the whole log: seconds per GiB on an SD card, once
+//     per start.
+//   - The search for a frame after a bad one can, in principle, be fooled by
+//     record bytes that happen to form a valid frame (both CRCs and a
+//     plausible position) inside the damaged tail. The answer is then
+//     ErrCorrupt, never lost data.
+//   - Under SyncNever "durable" means "written": after a power loss Open may
+//     cut records that were reported durable, or find damage it cannot call
+//     a torn tail.
+//   - After a failed write or fsync the Log stops (ErrFailed): the kernel may
+//     have dropped the dirty pages, so a retried fsync proves nothing. Close
+//     it and Open again; Open keeps what verifies.
+//   - Records appended but not durable when the process dies are gone; the
+//     broker, never acked, delivers them again.
+//   - A Reader holds a segment open; on Linux a segment that DeleteBefore
+//     removes stays readable through it, and a Reader that then needs the
+//     next, also deleted, segment fails with ErrOutOfRange.
+//   - The directory is locked with flock (ErrLocked); on systems without it
+//     two logs on one directory are not detected.
+package ingestlog

@@ -1,0 +1,368 @@
+package ingestlog
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// indexEvery is the spacing, in bytes, of the in-memory index from positions
+// to frame offsets: a reader starting at an arbitrary position decodes at
+// most this much (plus one block) to reach it, and the index costs 16 bytes
+// per 64 KiB of log.
+const indexEvery = 64 << 10
+
+// Log is an open ingest log. Append, Durable, WaitDurable, NewReader, First,
+// Size, DeleteBefore and Close are safe for concurrent use; the edge calls
+// Append from one goroutine, the MQTT handler, and positions are handed out
+// in the order Append calls take the log's lock.
+type Log struct {
+	dir  string
+	fs   FS
+	opts Options
+	lock io.Closer
+
+	// Owned by the committer goroutine once Open returns.
+	active  File     // the last segment, open read-write
+	written int64    // bytes written to active; its durable size may lag
+	enc     *zstd.Encoder
+	zbuf    []byte
+
+	kick  chan struct{} // cap 1: "something to commit", never blocks Append
+	stop  chan struct{} // closed by Close
+	done  chan struct{} // closed when the committer has exited
+	abort atomic.Bool   // Close's ctx expired: drop what is still buffered
+
+	durable atomic.Uint64 // one past the last durable record
+	size    atomic.Int64  // bytes in all segment files
+
+	mu        sync.Mutex
+	pend      []byte    // the next block: frameHeaderSize reserved bytes, then records
+	spare     []byte    // the other block buffer, while pend's twin is being written
+	pendFirst Position  // position of pend's first record
+	pendCount int       // records in pend
+	pendSince time.Time // when pend's first record arrived
+	inflight  int       // record bytes of the block being committed
+	err       error     // sticky: the write or fsync that failed
+	closed    bool      // Close was called
+	exited    bool      // the committer has exited
+	closeErr  error     // what Close returns, set before done is closed
+	wake      chan struct{}
+	segs      []*segment // oldest first; the last is the active segment
+
+	deleteMu sync.Mutex // serialises DeleteBefore
+}
+
+// segment is what the log knows about one segment file. Guarded by Log.mu;
+// the committer updates the last one after every commit.
+type segment struct {
+	name  string
+	first Position // position of the first record (also in the file name)
+	end   Position // one past the last durable record
+	size  int64    // durable bytes, header included
+	index []indexEntry
+}
+
+// indexEntry says that the frame at off starts with the record at pos.
+type indexEntry struct {
+	pos Position
+	off int64
+}
+
+// Recovery says what Open found on disk and what it repaired.
+type Recovery struct {
+	Segments int      // segment files, after repair
+	First    Position // the oldest record kept
+	End      Position // one past the newest record: where appends continue
+	Bytes    int64    // bytes in segment files, after repair
+
+	// A torn tail of the last segment: the bytes from TruncatedOffset on
+	// did not verify and nothing after them did, so they were cut off.
+	// TruncatedRecords counts the records of the cut frame when its header
+	// was still readable (0 otherwise). These records were never reported
+	// durable, unless the policy is SyncNever or the disk lost synced data.
+	TruncatedSegment string
+	TruncatedOffset  int64
+	TruncatedBytes   int64
+	TruncatedRecords int
+	TruncatedReason  string
+
+	// RemovedTemp counts half-made segment files (*.seg.tmp) of a crash
+	// while starting a segment, which Open removed.
+	RemovedTemp int
+}
+
+// Open opens the log in dir, creating dir and an empty log if needed. It
+// reads every segment and verifies every frame, truncates a torn tail of
+// the last segment (reported in Recovery) and fails with an error wrapping
+// ErrCorrupt on any other damage; see the package documentation for the
+// policy. The returned Log owns a committer goroutine until Close.
+//
+// Open reads the whole log, which takes time on a slow card with a long
+// backlog; ctx bounds it.
+func Open(ctx context.Context, dir string, opts *Options) (*Log, Recovery, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, Recovery{}, err
+	}
+	o := opts.withDefaults()
+	l := &Log{
+		dir:  dir,
+		fs:   o.FS,
+		opts: o,
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	if err := l.fs.MkdirAll(dir); err != nil {
+		return nil, Recovery{}, fmt.Errorf("ingestlog: open %s: %w", dir, err)
+	}
+	lk, err := l.fs.Lock(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, Recovery{}, fmt.Errorf("ingestlog: open %s: %w", dir, err)
+	}
+	l.lock = lk
+	rec, err := l.recover(ctx)
+	if err != nil {
+		if l.active != nil {
+			l.active.Close()
+		}
+		lk.Close()
+		return nil, Recovery{}, err
+	}
+	if o.Compression == CompressionZstd {
+		// Fastest level: the gateways have slow cores and the block is
+		// small. No zstd checksum: the frame CRC covers the stored bytes.
+		l.enc, err = zstd.NewWriter(nil,
+			zstd.WithEncoderLevel(zstd.SpeedFastest),
+			zstd.WithEncoderConcurrency(1),
+			zstd.WithEncoderCRC(false),
+			zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			l.active.Close()
+			lk.Close()
+			return nil, Recovery{}, fmt.Errorf("ingestlog: open %s: zstd: %w", dir, err)
+		}
+	}
+	bufCap := min(o.MaxUnsynced, 2*o.GroupBytes) + frameHeaderSize
+	l.pend = make([]byte, frameHeaderSize, bufCap)
+	l.spare = make([]byte, frameHeaderSize, bufCap)
+	l.pendFirst = rec.End
+	l.durable.Store(uint64(rec.End))
+	go l.run()
+	return l, rec, nil
+}
+
+// Durable returns the durable end: every record with a position below it
+// has been written and fsynced (written, under SyncNever).
+func (l *Log) Durable() Position { return Position(l.durable.Load()) }
+
+// First returns the position of the oldest record still in the log (the
+// durable end when there is none). Records before it were deleted by
+// DeleteBefore.
+func (l *Log) First() Position {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.segs[0].first
+}
+
+// Size returns the bytes in the log's segment files.
+func (l *Log) Size() int64 { return l.size.Load() }
+
+// Append adds a copy of rec to the log and returns its position without
+// waiting for it to be durable: watch OnDurable, Durable or WaitDurable for
+// that, and only then acknowledge the message. When MaxUnsynced bytes are
+// already waiting, Append blocks until the committer catches up or ctx is
+// done.
+//
+// After a failed write or fsync every Append fails with ErrFailed. In steady
+// state Append does not allocate.
+func (l *Log) Append(ctx context.Context, rec []byte) (Position, error) {
+	if len(rec) > l.opts.MaxRecordSize {
+		return 0, fmt.Errorf("ingestlog: append: record of %d bytes: %w (limit %d)", len(rec), ErrTooLarge, l.opts.MaxRecordSize)
+	}
+	need := uvarintLen(uint64(len(rec))) + len(rec)
+	l.mu.Lock()
+	for {
+		if err := l.unusableLocked(); err != nil {
+			l.mu.Unlock()
+			return 0, err
+		}
+		used := len(l.pend) - frameHeaderSize + l.inflight
+		if used == 0 || used+need <= l.opts.MaxUnsynced {
+			break
+		}
+		wake := l.wakeLocked()
+		l.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("ingestlog: append: %d bytes waiting for fsync: %w", used, ctx.Err())
+		}
+		l.mu.Lock()
+	}
+	kick := false
+	if l.pendCount == 0 {
+		l.pendSince = time.Now()
+		kick = true
+	}
+	l.pend = binary.AppendUvarint(l.pend, uint64(len(rec)))
+	l.pend = append(l.pend, rec...)
+	pos := l.pendFirst + Position(l.pendCount)
+	l.pendCount++
+	if l.opts.Sync != SyncGroup || len(l.pend)-frameHeaderSize >= l.opts.GroupBytes {
+		kick = true
+	}
+	l.mu.Unlock()
+	if kick {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+	return pos, nil
+}
+
+// WaitDurable blocks until the record at pos is durable, ctx is done, or the
+// log fails or closes before that. It fails at once with ErrOutOfRange for a
+// position that was never appended.
+func (l *Log) WaitDurable(ctx context.Context, pos Position) error {
+	if l.Durable() > pos {
+		return nil
+	}
+	l.mu.Lock()
+	for {
+		switch {
+		case l.Durable() > pos:
+			l.mu.Unlock()
+			return nil
+		case pos >= l.pendFirst+Position(l.pendCount):
+			next := l.pendFirst + Position(l.pendCount)
+			l.mu.Unlock()
+			return fmt.Errorf("ingestlog: wait for position %d: %w (next append gets %d)", pos, ErrOutOfRange, next)
+		case l.err != nil:
+			err := l.err
+			l.mu.Unlock()
+			return err
+		case l.exited:
+			l.mu.Unlock()
+			return ErrClosed
+		}
+		wake := l.wakeLocked()
+		l.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		l.mu.Lock()
+	}
+}
+
+// DeleteBefore removes the segments whose records all lie below pos, oldest
+// first: call it once a checkpoint covers pos. The segment being written is
+// never removed, so a log always keeps at least one segment. Readers that
+// have a removed segment open keep reading it.
+func (l *Log) DeleteBefore(pos Position) error {
+	l.deleteMu.Lock()
+	defer l.deleteMu.Unlock()
+	for {
+		l.mu.Lock()
+		if len(l.segs) < 2 || l.segs[0].end > pos {
+			l.mu.Unlock()
+			return nil
+		}
+		s := l.segs[0]
+		l.segs = l.segs[1:]
+		l.mu.Unlock()
+		// One directory sync per segment: were the removals reordered by a
+		// crash, a hole in the middle of the log would look like lost data.
+		err := l.fs.Remove(filepath.Join(l.dir, s.name))
+		if err == nil && l.opts.Sync != SyncNever {
+			err = l.fs.SyncDir(l.dir)
+		}
+		if err != nil {
+			// Keep it: the log stays contiguous and a later call retries.
+			l.mu.Lock()
+			l.segs = append([]*segment{s}, l.segs...)
+			l.mu.Unlock()
+			return fmt.Errorf("ingestlog: delete %s: %w", s.name, err)
+		}
+		l.size.Add(-s.size)
+	}
+}
+
+// Close commits what is buffered, stops the committer and closes the files.
+// If ctx is done first, Close returns at once and the committer drops what
+// it has not written yet and exits after its current write or fsync. Close
+// returns the error that failed the log, if one did. Readers stay usable for
+// what was durable and must be closed on their own.
+func (l *Log) Close(ctx context.Context) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	l.broadcastLocked() // blocked Appends return ErrClosed
+	l.mu.Unlock()
+	close(l.stop)
+	select {
+	case <-l.done:
+		return l.closeErr
+	case <-ctx.Done():
+		l.abort.Store(true)
+		return fmt.Errorf("ingestlog: close: records not yet durable are dropped: %w", ctx.Err())
+	}
+}
+
+// unusableLocked returns why Append must not add to the log, or nil.
+func (l *Log) unusableLocked() error {
+	if l.err != nil {
+		return l.err
+	}
+	if l.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// wakeLocked returns a channel closed at the next change of the durable end
+// or of the log's state. Made only when someone waits, so that commits do not
+// allocate when nobody does.
+func (l *Log) wakeLocked() <-chan struct{} {
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
+	return l.wake
+}
+
+func (l *Log) broadcastLocked() {
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
+}
+
+// segmentForLocked returns the index of the segment holding pos: the last
+// one whose first position is at most pos, or -1.
+func (l *Log) segmentForLocked(pos Position) int {
+	return sort.Search(len(l.segs), func(i int) bool { return l.segs[i].first > pos }) - 1
+}
+
+func (l *Log) path(name string) string { return filepath.Join(l.dir, name) }
+
+// errFailed wraps the cause of a failed write or fsync.
+func errFailed(op, name string, err error) error {
+	return fmt.Errorf("%w: %s %s: %w", ErrFailed, op, name, err)
+}
+
+var _ = errors.Is

@@ -1,0 +1,215 @@
+package ingestlog
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// readAhead is how much a Reader reads per system call.
+const readAhead = 256 << 10
+
+// Reader reads records in position order from a starting position up to the
+// durable end, and further as the log grows. It reads the files on its own
+// handles, so it may run while Append and the committer carry on, and it
+// keeps working after the Log is closed for what was durable by then. A
+// Reader is not safe for concurrent use.
+type Reader struct {
+	l    *Log
+	seg  *segment
+	f    File
+	win  window
+	off  int64    // offset of the next frame in seg
+	next Position // first record of the next frame
+	skip Position // records below this are passed over
+
+	it       blockIter
+	pos      Position // position of the next record in it
+	frameOff int64    // offset of the frame it reads, for errors
+
+	dec *zstd.Decoder
+	raw []byte // decompressed block
+	err error  // sticky: damage or a read error
+}
+
+// NewReader returns a Reader whose first record is the one at from. from
+// must lie between First and Durable (inclusive: a reader at the durable end
+// waits for more); other positions fail with ErrOutOfRange.
+func (l *Log) NewReader(from Position) (*Reader, error) {
+	l.mu.Lock()
+	first, durable := l.segs[0].first, l.Durable()
+	if from < first || from > durable {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("ingestlog: read from position %d: %w (log holds %d to %d)", from, ErrOutOfRange, first, durable)
+	}
+	seg := l.segs[l.segmentForLocked(from)]
+	off, next := int64(segHeaderSize), seg.first
+	if i := searchIndex(seg.index, from); i >= 0 {
+		off, next = seg.index[i].off, seg.index[i].pos
+	}
+	l.mu.Unlock()
+	f, err := l.fs.Open(l.path(seg.name))
+	if err != nil {
+		return nil, fmt.Errorf("ingestlog: read from position %d: %w", from, err)
+	}
+	return &Reader{l: l, seg: seg, f: f, win: window{f: f, ahead: readAhead}, off: off, next: next, skip: from, pos: next}, nil
+}
+
+// searchIndex returns the last entry at or before pos, or -1.
+func searchIndex(idx []indexEntry, pos Position) int {
+	lo, hi := 0, len(idx)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if idx[m].pos <= pos {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo - 1
+}
+
+// Next returns the next record and its position. rec aliases the Reader's
+// buffers and is valid until the next call. At the durable end Next returns
+// io.EOF; call it again once more is durable (Log.WaitDurable on the
+// position after the last one read says when). Damage gives an error wrapping
+// ErrCorrupt, which, like every error but io.EOF, is returned again by every
+// later call.
+func (r *Reader) Next() (rec []byte, pos Position, err error) {
+	if r.err != nil {
+		return nil, 0, r.err
+	}
+	for {
+		for r.it.left > 0 {
+			rec, reason := r.it.next()
+			if reason != "" {
+				r.err = corrupt(r.seg.name, r.frameOff, "record %d: %s", r.pos, reason)
+				return nil, 0, r.err
+			}
+			p := r.pos
+			r.pos++
+			if p >= r.skip {
+				return rec, p, nil
+			}
+		}
+		if len(r.it.rest) != 0 {
+			r.err = corrupt(r.seg.name, r.frameOff, "%d bytes left in the block after its last record", len(r.it.rest))
+			return nil, 0, r.err
+		}
+		if err := r.loadFrame(); err != nil {
+			if err != io.EOF {
+				r.err = err
+			}
+			return nil, 0, err
+		}
+	}
+}
+
+// loadFrame reads, verifies and decodes the next durable frame, moving on to
+// the next segment at the end of a sealed one.
+func (r *Reader) loadFrame() error {
+	l := r.l
+	l.mu.Lock()
+	limit := r.seg.size
+	var nextSeg *segment
+	if r.off >= limit {
+		if r.next < l.segs[0].first {
+			first := l.segs[0].first
+			l.mu.Unlock()
+			return fmt.Errorf("ingestlog: read position %d: %w: deleted, the log now starts at %d", r.next, ErrOutOfRange, first)
+		}
+		if i := l.segmentForLocked(r.next); i >= 0 && l.segs[i] != r.seg {
+			nextSeg = l.segs[i]
+		}
+	}
+	l.mu.Unlock()
+	if r.off >= limit {
+		if nextSeg == nil {
+			return io.EOF
+		}
+		if nextSeg.first != r.next {
+			return corrupt(nextSeg.name, 0, "segment starts at position %d, expected %d", nextSeg.first, r.next)
+		}
+		f, err := l.fs.Open(l.path(nextSeg.name))
+		if err != nil {
+			return fmt.Errorf("ingestlog: read position %d: %w", r.next, err)
+		}
+		r.f.Close()
+		r.seg, r.f, r.off = nextSeg, f, segHeaderSize
+		r.win = window{f: f, data: r.win.data[:0], ahead: readAhead}
+		return r.loadFrame()
+	}
+
+	h, reason, _, err := readFrame(&r.win, r.off, limit)
+	if err != nil {
+		return fmt.Errorf("ingestlog: read %s at offset %d: %w", r.seg.name, r.off, err)
+	}
+	if reason != "" {
+		return corrupt(r.seg.name, r.off, "%s", reason)
+	}
+	if h.first != r.next {
+		return corrupt(r.seg.name, r.off, "frame starts at position %d, expected %d", h.first, r.next)
+	}
+	// readFrame verified the payload through the window; it is still there.
+	payload, err := r.win.bytes(r.off+frameHeaderSize, int(h.length), limit)
+	if err != nil {
+		return fmt.Errorf("ingestlog: read %s at offset %d: %w", r.seg.name, r.off, err)
+	}
+	block := payload
+	if h.typ == frameTypeZstd {
+		if block, err = r.decompress(payload, int(h.rawLen)); err != nil {
+			return corrupt(r.seg.name, r.off, "zstd block: %v", err)
+		}
+	}
+	r.it = blockIter{rest: block, left: h.count}
+	r.pos = h.first
+	r.frameOff = r.off
+	r.off += frameHeaderSize + int64(h.length)
+	r.next += Position(h.count)
+	return nil
+}
+
+// decompress inflates a zstd block that must come to exactly rawLen bytes.
+func (r *Reader) decompress(payload []byte, rawLen int) ([]byte, error) {
+	if r.dec == nil {
+		// Bounded by the block limit and by the buffer's capacity, so that
+		// a frame that lies about its size cannot make us allocate more.
+		d, err := zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderMaxMemory(MaxBlockSize),
+			zstd.WithDecodeAllCapLimit(true))
+		if err != nil {
+			return nil, err
+		}
+		r.dec = d
+	}
+	if cap(r.raw) < rawLen {
+		r.raw = make([]byte, 0, rawLen)
+	}
+	out, err := r.dec.DecodeAll(payload, r.raw[:0:rawLen])
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != rawLen {
+		return nil, fmt.Errorf("inflated to %d bytes, header says %d", len(out), rawLen)
+	}
+	return out, nil
+}
+
+// Close releases the Reader's file and decoder.
+func (r *Reader) Close() error {
+	if r.dec != nil {
+		r.dec.Close()
+		r.dec = nil
+	}
+	if r.f == nil {
+		return nil
+	}
+	err := r.f.Close()
+	r.f = nil
+	if r.err == nil {
+		r.err = ErrClosed
+	}
+	return err
+}

@@ -1,0 +1,13 @@
+package mqtt
+
+import "errors"
+
+// ErrInvalidConfig is wrapped by every problem Config.Validate reports.
+var ErrInvalidConfig = errors.New("mqtt: invalid config")
+
+// ErrClosed is returned by Close when the source was already closed, and by
+// WaitConnected once the source is closed.
+var ErrClosed = errors.New("mqtt: source closed")
+
+// ErrInvalidTopic is wrapped by ValidateFilter and ValidateTopic errors.
+var ErrInvalidTopic = errors.New("mqtt: invalid topic")

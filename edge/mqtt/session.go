@@ -1,0 +1,138 @@
+package mqtt
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/eclipse/paho.golang/packets"
+	paholog "github.com/eclipse/paho.golang/paho/log"
+	"github.com/eclipse/paho.golang/paho/session"
+	"github.com/eclipse/paho.golang/paho/session/state"
+)
+
+// acker is where the source's acknowledgements go. It wraps paho's session
+// state (which survives reconnects, like the broker's session) and takes
+// over the one job paho would otherwise do itself: sending PUBACK (or
+// PUBREC) for received messages.
+//
+// paho is run with automatic acknowledgement, so it calls Ack once the
+// message callback returns; acker ignores that call. The handler's ack
+// func calls ack instead, and acker sends the acknowledgements of one
+// connection in arrival order (MQTT 4.6), holding an early ack until every
+// earlier message of the same connection is acknowledged.
+//
+// Why not paho's EnableManualAcknowledgment: it flushes acks from a
+// 50 ms ticker (so a broker stalled on Receive Maximum waits for it: 64
+// messages per 50 ms is 1280 msg/s), it drops acks not yet flushed when
+// the client disconnects (paho.golang issue #327), and it cannot tell an
+// ack of a message from a dead connection from one of a live connection
+// that reuses the packet ID (issue #160). acker numbers connections
+// instead: an ack carries the generation of the connection its message
+// came on, and an ack for another generation is dropped (the broker
+// redelivers the message on the new connection).
+//
+// Lock order: acker.mu, then paho's session state lock (inside inner).
+type acker struct {
+	inner *state.State
+
+	mu     sync.Mutex
+	gen    uint64 // connection generation: incremented by each CONNACK
+	up     bool   // a connection of generation gen is live
+	base   uint64 // sequence number of window[0]
+	window []pendingAck
+
+	sent  atomic.Uint64 // acknowledgements written to a connection
+	stale atomic.Uint64 // acks dropped: their connection was gone
+}
+
+// pendingAck is one QoS 1/2 message of the current connection that has not
+// been acknowledged to the broker yet.
+type pendingAck struct {
+	id    uint16
+	qos   byte
+	acked bool // the handler acked it; waiting for earlier ones
+}
+
+var _ session.SessionManager = (*acker)(nil)
+
+func newAcker() *acker { return &acker{inner: state.NewInMemory()} }
+
+// track records a received QoS 1/2 message and returns the generation and
+// sequence number its ack will name.
+func (a *acker) track(id uint16, qos byte) (gen, seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.window = append(a.window, pendingAck{id: id, qos: qos})
+	return a.gen, a.base + uint64(len(a.window)) - 1
+}
+
+// ack acknowledges message seq of connection gen: it sends that ack and any
+// later ones it was holding, in arrival order. It reports false when the
+// ack was dropped because the connection is gone (or seq was acked
+// before).
+func (a *acker) ack(gen, seq uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if gen != a.gen || !a.up {
+		a.stale.Add(1)
+		return false
+	}
+	i := seq - a.base // wraps to a huge value when seq < base: already sent
+	if i >= uint64(len(a.window)) || a.window[i].acked {
+		return false
+	}
+	a.window[i].acked = true
+	n := 0
+	for n < len(a.window) && a.window[n].acked {
+		p := a.window[n]
+		// Errors are connection errors: paho's reader sees the same
+		// broken connection and reconnects; the broker redelivers.
+		_ = a.inner.Ack(&packets.Publish{PacketID: p.id, QoS: p.qos})
+		a.sent.Add(1)
+		n++
+	}
+	if n > 0 {
+		// Shift rather than reslice so the backing array is reused; the
+		// window is at most Receive Maximum long.
+		a.window = a.window[:copy(a.window, a.window[n:])]
+		a.base += uint64(n)
+	}
+	return true
+}
+
+// ConAckReceived starts a new generation: acks of earlier connections are
+// dropped from now on.
+func (a *acker) ConAckReceived(conn io.Writer, cp *packets.Connect, ca *packets.Connack) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.gen++
+	a.up = true
+	a.base += uint64(len(a.window))
+	a.window = a.window[:0]
+	return a.inner.ConAckReceived(conn, cp, ca)
+}
+
+func (a *acker) ConnectionLost(dp *packets.Disconnect) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.up = false
+	return a.inner.ConnectionLost(dp)
+}
+
+// Ack is paho's automatic acknowledgement, called when the message
+// callback returns; the handler's ack func does the real one.
+func (a *acker) Ack(*packets.Publish) error { return nil }
+
+func (a *acker) AddToSession(ctx context.Context, p session.Packet, resp chan<- packets.ControlPacket) error {
+	return a.inner.AddToSession(ctx, p, resp)
+}
+
+func (a *acker) PacketReceived(p *packets.ControlPacket, pubChan chan<- *packets.Publish) error {
+	return a.inner.PacketReceived(p, pubChan)
+}
+
+func (a *acker) Close() error                    { return a.inner.Close() }
+func (a *acker) SetErrorLogger(l paholog.Logger) { a.inner.SetErrorLogger(l) }
+func (a *acker) SetDebugLogger(l paholog.Logger) { a.inner.SetDebugLogger(l) }
