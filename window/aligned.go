@@ -92,13 +92,37 @@ func (o *Operator) slab(se int64) *slab {
 	return sb
 }
 
-func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
-	se := o.sl.sliceEnd(in.Time)
-	le := o.sl.lastEnd(se)
+// sliceOf returns the slab and the window bounds of the slice holding t.
+// Consecutive events mostly fall in the same slice, so the last answer is
+// kept: the divisions of the slice arithmetic are paid once per slice, not
+// once per event.
+func (o *Operator) sliceOf(t int64) (sb *slab, se, fe, le int64) {
+	if c := &o.last; c.sb != nil && t >= c.se-o.sl.g && t < c.se {
+		return c.sb, c.se, c.fe, c.le
+	}
+	se = o.sl.sliceEnd(t)
+	le = o.sl.lastEnd(se)
 	if addSat(le, o.lateness) <= o.wm {
+		return nil, se, 0, le // every window holding this slice has closed
+	}
+	sb = o.slab(se)
+	fe = o.sl.firstEnd(se)
+	o.last = lastSlice{sb: sb, se: se, fe: fe, le: le}
+	return sb, se, fe, le
+}
+
+// lastSlice caches sliceOf's last answer; recycle clears it.
+type lastSlice struct {
+	sb         *slab
+	se, fe, le int64
+}
+
+func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
+	sb, se, fe, le := o.sliceOf(in.Time)
+	if sb == nil || addSat(le, o.lateness) <= o.wm {
 		return false // every window holding this slice has closed
 	}
-	o.aggs.Add(o.slabState(o.slab(se), idx), in)
+	o.aggs.Add(o.slabState(sb, idx), in)
 	if o.blockLen > 0 {
 		if blk := o.blockOf(se); blk != nil {
 			o.aggs.Add(o.slabState(blk, idx), in) // a late record into a merged block
@@ -106,7 +130,6 @@ func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
 	}
 	k := &o.keys[idx]
 	k.lastSlice = max(k.lastSlice, se)
-	fe := o.sl.firstEnd(se)
 	if fe > o.wm {
 		return true // its windows fire when the watermark reaches them
 	}
@@ -311,6 +334,9 @@ func (o *Operator) bumpVersion(idx int32, e int64) uint32 {
 }
 
 func (o *Operator) recycle(sb *slab) {
+	if o.last.sb == sb {
+		o.last = lastSlice{}
+	}
 	for _, ch := range sb.chunks {
 		if ch == nil || ch.n == 0 {
 			continue
