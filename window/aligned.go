@@ -409,7 +409,7 @@ func (o *Operator) blockCover(e int64, slabs []*slab) []*slab {
 			i++
 			continue
 		}
-		j := i
+		j := i + 1
 		for j < len(slabs) && slabs[j].end <= end {
 			j++
 		}
