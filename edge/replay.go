@@ -32,8 +32,11 @@ func Replay(ctx context.Context, cfg ReplayConfig) (operators.Stats, error) {
 		cfg.MaxLine = 1 << 20
 	}
 	sink := newJSONLines(cfg.Pipeline, cfg.Results, cfg.Late, cfg.Dead)
-	rt := operators.Start(ctx, cfg.Pipeline, sink, cfg.Runtime)
-	err := feedLines(cfg.Input, cfg.MaxLine, rt)
+	rt, err := operators.Start(ctx, cfg.Pipeline, sink, cfg.Runtime)
+	if err != nil {
+		return operators.Stats{}, err
+	}
+	err = feedLines(cfg.Input, cfg.MaxLine, rt)
 	stats, cerr := rt.Close(err == nil)
 	if err == nil {
 		err = cerr

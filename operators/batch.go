@@ -20,8 +20,9 @@ type batch struct {
 	nums    []float64
 	nHash   int
 	hsh     []uint64
-	wm      int64 // watermark when the batch was sent
-	eof     bool  // last batch: the worker exits after it
+	wm      int64  // watermark when the batch was sent
+	barrier uint64 // checkpoint barrier after the batch's records, 0 for none
+	eof     bool   // last batch: the worker exits after it
 }
 
 func newBatch(size, nNum, nHash int) *batch {
@@ -37,6 +38,7 @@ func (b *batch) reset() {
 	b.times, b.wms, b.offsets, b.hashes = b.times[:0], b.wms[:0], b.offsets[:0], b.hashes[:0]
 	b.keyEnd, b.keys, b.nums, b.hsh = b.keyEnd[:0], b.keys[:0], b.nums[:0], b.hsh[:0]
 	b.wm = window.MinTime
+	b.barrier = 0
 	b.eof = false
 }
 
@@ -70,6 +72,8 @@ type outBatch struct {
 	late    []Late
 	dead    []DeadLetter
 	arena   []byte
+	barrier uint64  // a barrier part follows these outputs, 0 for none
+	snap    snapBuf // the part's snapshot entries
 }
 
 const (
@@ -87,22 +91,22 @@ func (ob *outBatch) bytes(p []byte) []byte {
 	return ob.arena[start:len(ob.arena):len(ob.arena)]
 }
 
-func (ob *outBatch) addResult(set *aggregate.Set, r *window.Result) {
+func (ob *outBatch) addResult(set *aggregate.Set, r *window.Result, epoch uint64) {
 	start := len(ob.arena)
 	ob.arena = append(ob.arena, r.Key...)
 	key := ob.arena[start:len(ob.arena):len(ob.arena)]
 	start = len(ob.arena)
 	ob.arena = set.AppendEncode(ob.arena, r.State)
 	st := ob.arena[start:len(ob.arena):len(ob.arena)]
-	ob.results = append(ob.results, Result{Key: key, Hash: r.Hash, Start: r.Start, End: r.End, Version: r.Version, State: st})
+	ob.results = append(ob.results, Result{Key: key, Hash: r.Hash, Start: r.Start, End: r.End, Version: r.Version, State: st, Epoch: epoch})
 }
 
-func (ob *outBatch) addLate(key []byte, t, wm, offset int64) {
-	ob.late = append(ob.late, Late{Key: ob.bytes(key), Time: t, Watermark: wm, Offset: offset})
+func (ob *outBatch) addLate(key []byte, t, wm, offset int64, epoch uint64) {
+	ob.late = append(ob.late, Late{Key: ob.bytes(key), Time: t, Watermark: wm, Offset: offset, Epoch: epoch})
 }
 
-func (ob *outBatch) addDead(offset int64, topic string, payload []byte, reason string) {
-	ob.dead = append(ob.dead, DeadLetter{Offset: offset, Topic: topic, Payload: ob.bytes(payload), Reason: reason})
+func (ob *outBatch) addDead(offset int64, topic string, payload []byte, reason string, epoch uint64) {
+	ob.dead = append(ob.dead, DeadLetter{Offset: offset, Topic: topic, Payload: ob.bytes(payload), Reason: reason, Epoch: epoch})
 }
 
 func (ob *outBatch) deliver(s Sink) error {
@@ -129,4 +133,5 @@ func (ob *outBatch) reset() {
 	clear(ob.late)
 	clear(ob.dead)
 	ob.results, ob.late, ob.dead, ob.arena = ob.results[:0], ob.late[:0], ob.dead[:0], ob.arena[:0]
+	ob.barrier, ob.snap = 0, nil
 }

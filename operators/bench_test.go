@@ -136,7 +136,10 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 func BenchmarkRuntime(b *testing.B) {
 	p := compile(b, fmt.Sprintf(benchSpec, ""))
 	src := newPayloads(100_000)
-	r := operators.Start(context.Background(), p, discard{}, operators.Options{Workers: 1})
+	r, err := operators.Start(context.Background(), p, discard{}, operators.Options{Workers: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
 	i := 0
 	for b.Loop() {
 		if err := r.Ingest(src.at(i), "plant/north/temp", int64(i)); err != nil {

@@ -19,6 +19,10 @@ type Result struct {
 	Start, End int64 // Unix ms, [Start, End)
 	Version    uint32
 	State      []byte // aggregate.Set encoding
+	// Epoch is the id of the last checkpoint barrier its worker had passed
+	// when it was emitted (0 before the first): it belongs to the
+	// checkpoint of barrier Epoch+1 and later, never to an earlier one.
+	Epoch uint64
 }
 
 // Late is an event that arrived after every window it belongs to had passed
@@ -28,6 +32,7 @@ type Late struct {
 	Time      int64 // event time, Unix ms
 	Watermark int64 // the watermark when it arrived
 	Offset    int64 // source position (input line, ingest log offset)
+	Epoch     uint64
 }
 
 // DeadLetter is a payload that could not become a record.
@@ -36,6 +41,7 @@ type DeadLetter struct {
 	Topic   string
 	Payload []byte
 	Reason  string
+	Epoch   uint64
 }
 
 // Sink receives a pipeline's outputs. The Runtime calls it from one

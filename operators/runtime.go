@@ -19,6 +19,10 @@ type Options struct {
 	KeyGroups int // fixed number of key groups keys hash into; default 128
 	BatchSize int // records per batch between goroutines; default 512
 	Depth     int // batches in flight per channel; default 4
+
+	// Restore, when set, loads a checkpoint (the entries a BarrierSink got
+	// from a Barrier) before the first record: load calls fn for every entry.
+	Restore func(fn func(hash uint64, key, value []byte) error) error
 }
 
 func (o *Options) ensureDefaults() {
@@ -80,11 +84,14 @@ type Runtime struct {
 	stats   Stats
 	closed  bool
 	lastErr error
+	bars    barriers // output goroutine only
+	epoch   uint64   // last barrier injected
 }
 
-// Start starts the workers and the output goroutine. ctx cancels the
-// Runtime; Close must be called in any case.
-func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) *Runtime {
+// Start starts the workers and the output goroutine, after restoring
+// opts.Restore if set. ctx cancels the Runtime; Close must be called in any
+// case once Start succeeded.
+func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) (*Runtime, error) {
 	opts.ensureDefaults()
 	ctx, cancel := context.WithCancel(ctx)
 	eg, ctx := errgroup.WithContext(ctx)
@@ -103,13 +110,22 @@ func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) *Runtime {
 		r.outFree <- &outBatch{}
 	}
 	for i := range opts.Workers {
-		w := newWorker(r)
+		w := newWorker(r, i)
 		r.workers = append(r.workers, w)
 		r.sentWM[i] = window.MinTime
+	}
+	r.bars.need = opts.Workers + 1
+	if opts.Restore != nil {
+		if err := r.restore(opts.Restore); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	for _, w := range r.workers {
 		eg.Go(func() error { return w.run(ctx) })
 	}
 	go func() { r.outDone <- r.output() }()
-	return r
+	return r, nil
 }
 
 // Ingest decodes one payload and routes it to its worker. It blocks while
@@ -132,7 +148,7 @@ func (r *Runtime) Ingest(payload []byte, topic string, offset int64) error {
 		return r.dead(offset, topic, payload, err)
 	}
 	wm := r.wms.Observe(0, rec.Time)
-	w := int(rec.Hash%uint64(r.opts.KeyGroups)) * r.opts.Workers / r.opts.KeyGroups
+	w := r.workerOf(rec.Hash)
 	b := r.cur[w]
 	if b == nil {
 		var err error
@@ -187,17 +203,24 @@ func (r *Runtime) Tick(now time.Time) error {
 // Watermark returns the current watermark.
 func (r *Runtime) Watermark() int64 { return r.wms.Current() }
 
-// Close stops the Runtime and waits for its goroutines. With endOfInput the
-// watermark first advances to window.MaxTime, so every open window fires;
-// without, open windows are left unfired (their state is lost unless a
-// checkpoint kept it). It returns the counters and the first failure.
+// Close stops the Runtime and waits for its goroutines. Every record
+// ingested so far, and every barrier, goes through the workers and reaches
+// the Sink first. With endOfInput the watermark then advances to
+// window.MaxTime, so every open window fires; without, open windows stay
+// unfired: a checkpoint taken before Close keeps them. To abandon records in
+// flight instead, cancel the Runtime's context. Close returns the counters
+// and the first failure.
 func (r *Runtime) Close(endOfInput bool) (Stats, error) {
 	if r.closed {
 		return r.stats, r.lastErr
 	}
 	r.closed = true
 	var err error
-	if endOfInput && r.ctx.Err() == nil {
+	if r.ctx.Err() == nil {
+		wm := r.wms.Current()
+		if endOfInput {
+			wm = window.MaxTime
+		}
 		err = r.flushOut()
 		for w := range r.workers {
 			if err != nil {
@@ -210,10 +233,8 @@ func (r *Runtime) Close(endOfInput bool) (Stats, error) {
 				}
 			}
 			b.eof = true
-			err = r.send(w, window.MaxTime)
+			err = r.send(w, wm)
 		}
-	} else {
-		r.cancel()
 	}
 	if werr := r.eg.Wait(); werr != nil && !errors.Is(werr, context.Canceled) {
 		err = werr
@@ -223,7 +244,7 @@ func (r *Runtime) Close(endOfInput bool) (Stats, error) {
 		err = oerr
 	}
 	r.cancel()
-	if err != nil && !(errors.Is(err, context.Canceled) && !endOfInput) {
+	if err != nil && !errors.Is(err, context.Canceled) {
 		r.lastErr = err
 	}
 	for _, w := range r.workers {
@@ -274,7 +295,7 @@ func (r *Runtime) dead(offset int64, topic string, payload []byte, reason error)
 			return r.failure(r.ctx.Err())
 		}
 	}
-	r.ob.addDead(offset, topic, payload, reason.Error())
+	r.ob.addDead(offset, topic, payload, reason.Error(), r.epoch)
 	if r.ob.full() {
 		return r.flushOut()
 	}
@@ -297,8 +318,15 @@ func (r *Runtime) flushOut() error {
 
 // output hands every output batch to the Sink, in the order batches arrive.
 func (r *Runtime) output() error {
+	bs, _ := r.sink.(BarrierSink)
 	for ob := range r.out {
-		if err := ob.deliver(r.sink); err != nil {
+		err := ob.deliver(r.sink)
+		if err == nil && ob.barrier != 0 {
+			if b := r.bars.arrive(ob.barrier, ob.snap); b != nil && bs != nil {
+				err = bs.Barrier(b)
+			}
+		}
+		if err != nil {
 			r.cancel()
 			r.drain()
 			return fmt.Errorf("operators: sink: %w", err)
@@ -318,7 +346,9 @@ func (r *Runtime) drain() {
 
 // worker owns the window operator of a range of key groups.
 type worker struct {
-	r    *Runtime
+	r     *Runtime
+	idx   int
+	epoch uint64 // last barrier passed
 	in   chan *batch
 	free chan *batch
 	op   *window.Operator
@@ -328,9 +358,10 @@ type worker struct {
 	in1  aggregate.Input
 }
 
-func newWorker(r *Runtime) *worker {
+func newWorker(r *Runtime, idx int) *worker {
 	w := &worker{
 		r:    r,
+		idx:  idx,
 		in:   make(chan *batch, r.opts.Depth),
 		free: make(chan *batch, r.opts.Depth+2),
 	}
@@ -374,6 +405,9 @@ func (w *worker) run(ctx context.Context) error {
 		if w.err == nil && w.ob != nil {
 			w.sendOut()
 		}
+		if b.barrier != 0 && w.err == nil {
+			w.barrier(b.barrier, w.idx == 0)
+		}
 		eof := b.eof
 		w.free <- b
 		if w.err != nil {
@@ -411,7 +445,7 @@ func (w *worker) emit(res *window.Result) {
 	if ob == nil {
 		return
 	}
-	ob.addResult(w.r.p.Aggregates, res)
+	ob.addResult(w.r.p.Aggregates, res, w.epoch)
 	if ob.full() {
 		w.sendOut()
 	}
@@ -422,7 +456,7 @@ func (w *worker) late(key []byte, t, wm, offset int64) {
 	if ob == nil {
 		return
 	}
-	ob.addLate(key, t, wm, offset)
+	ob.addLate(key, t, wm, offset, w.epoch)
 	if ob.full() {
 		w.sendOut()
 	}

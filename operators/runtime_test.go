@@ -144,11 +144,14 @@ func TestRuntimeMatchesOracle(t *testing.T) {
 		}
 		p := compile(rt, pipelineYAML(cfg))
 		sink := newCollect(p)
-		r := operators.Start(context.Background(), p, sink, operators.Options{
+		r, err := operators.Start(context.Background(), p, sink, operators.Options{
 			Workers:   rapid.IntRange(1, 4).Draw(rt, "workers"),
 			BatchSize: rapid.IntRange(1, 64).Draw(rt, "batch"),
 			KeyGroups: rapid.SampledFrom([]int{1, 7, 128}).Draw(rt, "groups"),
 		})
+		if err != nil {
+			rt.Fatal(err)
+		}
 		for i, e := range events {
 			payload := fmt.Sprintf(`{"dev":%q,"ts":%d,"i":%d}`, e.Key, e.Time, i)
 			if err := r.Ingest([]byte(payload), "t/x", int64(i)); err != nil {
@@ -219,7 +222,10 @@ aggregates:
 func TestBadInputGoesToDeadLetters(t *testing.T) {
 	p := compile(t, badInputSpec)
 	sink := newCollect(p)
-	r := operators.Start(context.Background(), p, sink, operators.Options{Workers: 2})
+	r, err := operators.Start(context.Background(), p, sink, operators.Options{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	payloads := []struct {
 		json   string
 		reason string // "" for a good record
@@ -278,7 +284,10 @@ func TestBackPressure(t *testing.T) {
 		p := compile(t, pipelineYAML(oracle.Config{Kind: oracle.Tumbling, Size: 1, Slide: 1}))
 		sink := newCollect(p)
 		sink.block = make(chan struct{})
-		r := operators.Start(context.Background(), p, sink, operators.Options{Workers: 1, BatchSize: 4, Depth: 1})
+		r, err := operators.Start(context.Background(), p, sink, operators.Options{Workers: 1, BatchSize: 4, Depth: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
 		var ingested int
 		var mu sync.Mutex
 		done := make(chan error, 1)
@@ -323,7 +332,10 @@ func TestBackPressure(t *testing.T) {
 func TestCancelStopsEverything(t *testing.T) {
 	p := compile(t, pipelineYAML(oracle.Config{Kind: oracle.Tumbling, Size: 10, Slide: 10}))
 	ctx, cancel := context.WithCancel(context.Background())
-	r := operators.Start(ctx, p, newCollect(p), operators.Options{Workers: 3})
+	r, err := operators.Start(ctx, p, newCollect(p), operators.Options{Workers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 1000 {
 		if err := r.Ingest(fmt.Appendf(nil, `{"dev":"d%d","ts":%d,"i":%d}`, i%10, i, i), "", int64(i)); err != nil {
 			t.Fatal(err)

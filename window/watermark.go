@@ -101,3 +101,15 @@ func (w *Watermarks) recompute() {
 		w.combined = m
 	}
 }
+
+// MaxSeen returns the largest event time input i has delivered (MinTime
+// before its first event). With the combined watermark it is the state a
+// checkpoint keeps.
+func (w *Watermarks) MaxSeen(i int) int64 { return w.inputs[i].max }
+
+// Restore sets input i's largest event time seen and the combined
+// watermark, as a checkpoint recorded them. Idleness restarts from scratch.
+func (w *Watermarks) Restore(i int, maxSeen, combined int64) {
+	w.inputs[i].max = maxSeen
+	w.combined = max(w.combined, combined)
+}
