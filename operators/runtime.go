@@ -349,13 +349,13 @@ type worker struct {
 	r     *Runtime
 	idx   int
 	epoch uint64 // last barrier passed
-	in   chan *batch
-	free chan *batch
-	op   *window.Operator
-	ob   *outBatch
-	ctx  context.Context
-	err  error
-	in1  aggregate.Input
+	in    chan *batch
+	free  chan *batch
+	op    *window.Operator
+	ob    *outBatch
+	ctx   context.Context
+	err   error
+	in1   aggregate.Input
 }
 
 func newWorker(r *Runtime, idx int) *worker {

@@ -61,8 +61,8 @@ type Operator struct {
 	blocks       []*slab // sliding: merged runs of blockLen/g slices, ordered by end
 	blockLen     int64   // ms covered by one block; 0 when windows have too few slices
 	firedThrough int64   // every window ending at or before this has fired
-	nextWork     int64 // earliest watermark at which Advance has aligned work
-	nextSweep    int64 // when idle keys are next looked for
+	nextWork     int64   // earliest watermark at which Advance has aligned work
+	nextSweep    int64   // when idle keys are next looked for
 
 	// sessions
 	timers timers
