@@ -92,6 +92,9 @@ func (r *Runtime) Barrier(id uint64) error {
 	v := binary.AppendVarint(nil, r.wms.MaxSeen(0))
 	v = binary.AppendVarint(v, r.wms.Current())
 	_ = src.put(0, []byte{keyWatermark}, v)
+	if r.dedup != nil {
+		_ = src.put(0, []byte{keyDedup}, r.dedup.appendSnapshot(nil))
+	}
 	// The source's part goes first: the output goroutine collects it, then
 	// one part per worker.
 	if err := r.flushOut(); err != nil {
@@ -193,6 +196,11 @@ func (r *Runtime) restore(load func(fn func(hash uint64, key, value []byte) erro
 			r.wms.Restore(0, maxSeen, combined)
 			for i := range r.sentWM {
 				r.sentWM[i] = window.MinTime
+			}
+			return nil
+		case len(key) == 1 && key[0] == keyDedup:
+			if r.dedup != nil && !r.dedup.restore(value) {
+				return fmt.Errorf("%w: dedup ids", ErrBadSnapshot)
 			}
 			return nil
 		case len(key) == 1 && key[0] == 'm':

@@ -45,6 +45,9 @@ type Record struct {
 	Time   int64  // event time, Unix ms
 	Nums   []float64
 	Hashes []uint64
+	// ID is the hash of the event_id fields (0 when the pipeline has
+	// none): equal for a reading and its MQTT redeliveries.
+	ID uint64
 }
 
 // Decoder turns payloads into Records for one Pipeline. Each goroutine
@@ -54,8 +57,9 @@ type Decoder struct {
 	ex   *jsonfield.Extractor
 	vals []jsonfield.Value
 	bufs [][]byte // backing bytes of computed values
-	env  map[string]any
-	vm   vm.VM
+	env   map[string]any
+	vm    vm.VM
+	idBuf []byte
 }
 
 // NewDecoder returns a Decoder for p.
@@ -112,6 +116,16 @@ func (d *Decoder) Decode(payload []byte, topic string, r *Record) error {
 		}
 	}
 	r.Hash = xxhash.Sum64(r.Key)
+	r.ID = 0
+	if len(p.idFields) > 0 {
+		d.idBuf = d.idBuf[:0]
+		for _, f := range p.idFields {
+			if d.idBuf, err = d.appendKeyField(d.idBuf, f); err != nil {
+				return badf("event_id: %v", err)
+			}
+		}
+		r.ID = xxhash.Sum64(d.idBuf) | 1
+	}
 	for i, f := range p.numInputs {
 		v := d.vals[f]
 		switch v.Kind {

@@ -40,6 +40,7 @@ type Pipeline struct {
 	timeField int
 	timeUnit  spec.TimeUnit
 	keyFields []int
+	idFields  []int // event_id fields; empty: no redelivery dedup
 	numInputs []int // aggregate numeric input slot -> field
 	hashInput []int // aggregate hash input slot -> field
 }
@@ -114,6 +115,9 @@ func Compile(s *spec.Pipeline) (*Pipeline, error) {
 	for _, k := range s.Key {
 		check(k)
 	}
+	for _, k := range s.EventID {
+		check(k)
+	}
 	for _, a := range s.Aggregates {
 		if len(a.Args) > 0 {
 			check(a.Args[0])
@@ -141,6 +145,9 @@ func Compile(s *spec.Pipeline) (*Pipeline, error) {
 	p.timeUnit = s.EventTime.Unit
 	for _, k := range s.Key {
 		p.keyFields = append(p.keyFields, index[k])
+	}
+	for _, k := range s.EventID {
+		p.idFields = append(p.idFields, index[k])
 	}
 	for i, c := range s.Compute {
 		ce, err := compileExpr(c.Expr, exprUses[c.Expr], index, false)

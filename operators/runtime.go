@@ -19,6 +19,9 @@ type Options struct {
 	KeyGroups int // fixed number of key groups keys hash into; default 128
 	BatchSize int // records per batch between goroutines; default 512
 	Depth     int // batches in flight per channel; default 4
+	// DedupWindow is how many event ids are remembered for redelivery
+	// dedup (pipelines with event_id); default DefaultDedupWindow.
+	DedupWindow int
 
 	// Restore, when set, loads a checkpoint (the entries a BarrierSink got
 	// from a Barrier) before the first record: load calls fn for every entry.
@@ -39,6 +42,9 @@ func (o *Options) ensureDefaults() {
 	if o.Depth <= 0 {
 		o.Depth = 4
 	}
+	if o.DedupWindow <= 0 {
+		o.DedupWindow = DefaultDedupWindow
+	}
 }
 
 // Stats counts what a Runtime did.
@@ -46,6 +52,7 @@ type Stats struct {
 	In       uint64 // payloads ingested
 	Dead     uint64 // payloads sent to the dead-letter output
 	Filtered uint64 // records the filter dropped
+	Dupes    uint64 // redeliveries dropped by event id
 	Late     uint64 // records too late for every window
 	Results  uint64 // window results emitted, all versions
 	Updates  uint64 // results with version > 1
@@ -86,6 +93,7 @@ type Runtime struct {
 	lastErr error
 	bars    barriers // output goroutine only
 	epoch   uint64   // last barrier injected
+	dedup   *dedup   // nil without event_id
 }
 
 // Start starts the workers and the output goroutine, after restoring
@@ -108,6 +116,9 @@ func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) (*Runtime,
 	}
 	for range cap(r.outFree) {
 		r.outFree <- &outBatch{}
+	}
+	if len(p.idFields) > 0 {
+		r.dedup = newDedup(opts.DedupWindow)
 	}
 	for i := range opts.Workers {
 		w := newWorker(r, i)
@@ -146,6 +157,10 @@ func (r *Runtime) Ingest(payload []byte, topic string, offset int64) error {
 		}
 		r.stats.Dead++
 		return r.dead(offset, topic, payload, err)
+	}
+	if r.dedup != nil && r.dedup.check(rec.ID) {
+		r.stats.Dupes++
+		return nil
 	}
 	wm := r.wms.Observe(0, rec.Time)
 	w := r.workerOf(rec.Hash)
