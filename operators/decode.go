@@ -53,10 +53,10 @@ type Record struct {
 // Decoder turns payloads into Records for one Pipeline. Each goroutine
 // needs its own (NewDecoder); a Decoder is not safe for concurrent use.
 type Decoder struct {
-	p    *Pipeline
-	ex   *jsonfield.Extractor
-	vals []jsonfield.Value
-	bufs [][]byte // backing bytes of computed values
+	p     *Pipeline
+	ex    *jsonfield.Extractor
+	vals  []jsonfield.Value
+	bufs  [][]byte // backing bytes of computed values
 	env   map[string]any
 	vm    vm.VM
 	idBuf []byte

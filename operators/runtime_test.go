@@ -361,7 +361,9 @@ key: [dev]
 window: {tumbling: 1s}
 aggregates: {n: count(), sum: sum(i), min: min(i), max: max(i)}
 `)
-	msg := func(seq int) []byte { return fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"i":%d}`, seq, 100+seq, seq) }
+	msg := func(seq int) []byte {
+		return fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"i":%d}`, seq, 100+seq, seq)
+	}
 	first := &checkpointing{collect: newCollect(p)}
 	r, err := operators.Start(context.Background(), p, first, operators.Options{Workers: 2})
 	if err != nil {
