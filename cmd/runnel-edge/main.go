@@ -3,24 +3,31 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
+	"github.com/runnel-io/runnel/window/aggregate"
 )
 
 const usage = `usage: runnel-edge <command> [flags]
 
 commands:
+  run      run the edge node: MQTT in, checkpointed window results to the outbox
   replay   run a pipeline over a recorded JSON-lines file, results to stdout
+  outbox   print the committed outbox of a stopped node as JSON lines
 `
 
 func main() {
@@ -34,6 +41,10 @@ func main() {
 	switch os.Args[1] {
 	case "replay":
 		err = replay(ctx, os.Args[2:])
+	case "run":
+		err = run(ctx, os.Args[2:])
+	case "outbox":
+		err = outbox(ctx, os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -130,4 +141,97 @@ func openIn(path string) (io.Reader, func(), error) {
 		return nil, nil, err
 	}
 	return f, func() { f.Close() }, nil
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func loadPipelines(paths []string) ([]*operators.Pipeline, error) {
+	var ps []*operators.Pipeline
+	for _, path := range paths {
+		s, err := spec.Load(path)
+		if err != nil {
+			return nil, err
+		}
+		p, err := operators.Compile(s)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("%w: at least one --pipeline", errUsage)
+	}
+	return ps, nil
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var pipelines multiFlag
+	fs.Var(&pipelines, "pipeline", "pipeline spec (YAML); repeatable")
+	cfg := edge.NodeConfig{}
+	fs.StringVar(&cfg.EdgeID, "edge-id", "", "this edge's id (default: hostname)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "runnel-data", "ingest log, state and outbox")
+	fs.StringVar(&cfg.BrokerURL, "broker-url", "", "MQTT broker (default: start the embedded broker)")
+	fs.StringVar(&cfg.EmbeddedAddr, "embedded-broker-addr", "127.0.0.1:1883", "where the embedded broker listens")
+	fs.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", time.Second, "time between checkpoints")
+	verbose := fs.Bool("v", false, "debug logs")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	ps, err := loadPipelines(pipelines)
+	if err != nil {
+		return err
+	}
+	cfg.Pipelines = ps
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return edge.Run(ctx, cfg)
+}
+
+func outbox(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("outbox", flag.ContinueOnError)
+	var pipelines multiFlag
+	fs.Var(&pipelines, "pipeline", "pipeline spec (YAML) of the entries to render; repeatable")
+	dir := fs.String("data-dir", "runnel-data", "the node's data directory")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	ps, err := loadPipelines(pipelines)
+	if err != nil {
+		return err
+	}
+	byName := map[string]*operators.Pipeline{}
+	for _, p := range ps {
+		byName[p.Name] = p
+	}
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	var buf []byte
+	states := map[string]*aggregate.State{}
+	return edge.ReadOutbox(ctx, *dir, func(e edge.OutboxEntry) error {
+		p := byName[e.Pipeline]
+		if p == nil {
+			return fmt.Errorf("outbox entry %d: pipeline %q not given with --pipeline", e.Seq, e.Pipeline)
+		}
+		st := states[p.Name]
+		if st == nil {
+			st = p.Aggregates.New()
+			states[p.Name] = st
+		}
+		var err error
+		buf, err = p.AppendResultJSON(buf[:0], &e.Result, st)
+		if err != nil {
+			return err
+		}
+		buf = append(buf[:len(buf)-1], fmt.Sprintf(`,"seq":%d}`, e.Seq)...)
+		buf = append(buf, '\n')
+		_, err = w.Write(buf)
+		return err
+	})
 }

@@ -1,0 +1,451 @@
+package edge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/runnel-io/runnel/edge/broker"
+	"github.com/runnel-io/runnel/edge/ingestlog"
+	"github.com/runnel-io/runnel/edge/mqtt"
+	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/state"
+)
+
+// NodeConfig is what Run needs. Zero fields take defaults.
+type NodeConfig struct {
+	EdgeID    string
+	DataDir   string
+	Pipelines []*operators.Pipeline
+
+	BrokerURL      string // "" starts the embedded broker on EmbeddedAddr
+	EmbeddedAddr   string // default 127.0.0.1:1883
+	ClientID       string // default "runnel-" + EdgeID
+	ReceiveMaximum uint16
+
+	CheckpointInterval time.Duration // default 1s
+	IngestLog          ingestlog.Options
+	Runtime            operators.Options
+	NoSync             bool // tests only: skip fsyncs of the state store
+
+	Logger *slog.Logger
+	// Started, when set, is called once the node runs, with the broker URL
+	// its source uses.
+	Started func(brokerURL string)
+}
+
+// Run runs an edge node until ctx is done, then drains, takes a last
+// checkpoint and returns. See the package documentation for the model.
+func Run(ctx context.Context, cfg NodeConfig) error {
+	n, err := open(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	return n.run(ctx)
+}
+
+type node struct {
+	cfg   *NodeConfig
+	lg    *slog.Logger
+	log   *ingestlog.Log
+	store *state.Store
+	pipes []*pipe
+	acks  ackQueue
+	last  checkpoint
+
+	parts chan ckptPart
+}
+
+type pipe struct {
+	p    *operators.Pipeline
+	rt   *operators.Runtime
+	sink *stagingSink
+}
+
+// checkpoint is the metadata of the last committed checkpoint.
+type checkpoint struct {
+	ID      uint64
+	Pos     ingestlog.Position // the first log record it does not cover
+	NextSeq uint64             // sequence number of the next outbox entry
+}
+
+const (
+	bucketCheckpoint = "checkpoint"
+	bucketSnapshot   = "snapshot"
+	bucketOutbox     = "outbox"
+)
+
+func (c checkpoint) encode() []byte {
+	b := []byte{1}
+	b = binary.AppendUvarint(b, c.ID)
+	b = binary.AppendUvarint(b, uint64(c.Pos))
+	return binary.AppendUvarint(b, c.NextSeq)
+}
+
+func decodeCheckpoint(b []byte) (checkpoint, error) {
+	var c checkpoint
+	if len(b) == 0 || b[0] != 1 {
+		return c, fmt.Errorf("edge: checkpoint metadata: unknown version")
+	}
+	b = b[1:]
+	var vs [3]uint64
+	for i := range vs {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return c, fmt.Errorf("edge: checkpoint metadata: truncated")
+		}
+		vs[i], b = v, b[n:]
+	}
+	return checkpoint{ID: vs[0], Pos: ingestlog.Position(vs[1]), NextSeq: vs[2]}, nil
+}
+
+func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
+	if cfg.EdgeID == "" {
+		h, _ := os.Hostname()
+		cfg.EdgeID = h
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = "runnel-data"
+	}
+	if cfg.EmbeddedAddr == "" {
+		cfg.EmbeddedAddr = broker.DefaultAddr
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "runnel-" + cfg.EdgeID
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = time.Second
+	}
+	if len(cfg.Pipelines) == 0 {
+		return nil, errors.New("edge: no pipelines")
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines))}
+	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("edge: %w", err)
+	}
+	n.store = st
+	snaps := map[string][]byte{}
+	err = st.View(func(tx *state.Tx) error {
+		b, err := tx.Bucket(bucketCheckpoint)
+		if err != nil {
+			return err
+		}
+		v, err := b.Get([]byte("last"))
+		if err != nil || v == nil {
+			return err
+		}
+		if n.last, err = decodeCheckpoint(v); err != nil {
+			return err
+		}
+		sb, err := tx.Bucket(bucketSnapshot)
+		if err != nil {
+			return err
+		}
+		return sb.ForEach(nil, func(k, v []byte) error {
+			snaps[string(k)] = append([]byte(nil), v...)
+			return nil
+		})
+	})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("edge: read checkpoint: %w", err)
+	}
+	logOpts := cfg.IngestLog
+	logOpts.OnDurable = n.acks.durable
+	l, rec, err := ingestlog.Open(ctx, filepath.Join(cfg.DataDir, "log"), &logOpts)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("edge: %w", err)
+	}
+	n.log = l
+	if rec.TruncatedBytes > 0 {
+		lg.Warn("ingest log: cut a torn tail", "segment", rec.TruncatedSegment, "offset", rec.TruncatedOffset,
+			"bytes", rec.TruncatedBytes, "records", rec.TruncatedRecords, "reason", rec.TruncatedReason)
+	}
+	if n.last.Pos < l.First() {
+		l.Close(ctx)
+		st.Close()
+		return nil, fmt.Errorf("edge: checkpoint %d needs ingest log position %d, the log starts at %d", n.last.ID, n.last.Pos, l.First())
+	}
+	for _, p := range cfg.Pipelines {
+		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts}}
+		opts := cfg.Runtime
+		if snap := snaps[p.Name]; snap != nil {
+			opts.Restore = func(fn func(uint64, []byte, []byte) error) error { return eachEntry(snap, fn) }
+		}
+		rt, err := operators.Start(context.WithoutCancel(ctx), p, ps.sink, opts)
+		if err != nil {
+			n.closeAll(ctx)
+			return nil, fmt.Errorf("edge: pipeline %s: %w", p.Name, err)
+		}
+		ps.rt = rt
+		n.pipes = append(n.pipes, ps)
+	}
+	lg.Info("edge: opened", "edge", cfg.EdgeID, "checkpoint", n.last.ID, "replay_from", n.last.Pos,
+		"log_end", rec.End, "pipelines", len(n.pipes))
+	return n, nil
+}
+
+func (n *node) closeAll(ctx context.Context) {
+	for _, ps := range n.pipes {
+		ps.rt.Close(false)
+	}
+	n.log.Close(ctx)
+	n.store.Close()
+}
+
+func (n *node) run(ctx context.Context) error {
+	cfg := n.cfg
+	url := cfg.BrokerURL
+	var brk *broker.Broker
+	if url == "" {
+		var err error
+		if brk, err = broker.Start(ctx, broker.Options{Addr: cfg.EmbeddedAddr, Logger: n.lg}); err != nil {
+			n.closeAll(ctx)
+			return fmt.Errorf("edge: embedded broker: %w", err)
+		}
+		url = "mqtt://" + brk.Addr()
+	}
+	var subs []mqtt.Subscription
+	seen := map[string]bool{}
+	for _, ps := range n.pipes {
+		if m := ps.p.Spec.Source.MQTT; m != nil && !seen[m.Topic] {
+			seen[m.Topic] = true
+			subs = append(subs, mqtt.Subscription{Filter: m.Topic, QoS: byte(m.QoS)})
+		}
+	}
+	// The pump and the checkpoint writer stop when the source has stopped
+	// and the log is drained: they get their own context.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	g, gctx := errgroup.WithContext(work)
+	g.Go(func() error { return n.writer(gctx) })
+	pumpDone := make(chan error, 1)
+	drain := make(chan struct{})
+	go func() { pumpDone <- n.pump(gctx, drain) }()
+
+	src, err := mqtt.Start(ctx, mqtt.Config{
+		Brokers: []string{url}, ClientID: cfg.ClientID, Topics: subs, ReceiveMaximum: cfg.ReceiveMaximum, Logger: n.lg,
+	}, n.handle)
+	if err != nil {
+		close(drain)
+		<-pumpDone
+		stopWork()
+		g.Wait()
+		n.closeAll(ctx)
+		if brk != nil {
+			brk.Close(context.Background())
+		}
+		return fmt.Errorf("edge: mqtt source: %w", err)
+	}
+	if cfg.Started != nil {
+		cfg.Started(url)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-pumpDone:
+		pumpDone <- runErr
+	}
+	// Stop taking messages, then let the pump read what is durable, take a
+	// last checkpoint, and stop.
+	shut := context.Background()
+	if err := src.Close(shut); err != nil {
+		n.lg.Warn("edge: mqtt source close", "err", err)
+	}
+	close(drain)
+	if err := <-pumpDone; err != nil && runErr == nil {
+		runErr = err
+	}
+	for _, ps := range n.pipes {
+		if _, err := ps.rt.Close(false); err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	close(n.parts)
+	if err := g.Wait(); err != nil && runErr == nil {
+		runErr = err
+	}
+	if err := n.log.Close(shut); err != nil && runErr == nil {
+		runErr = err
+	}
+	if err := n.store.Close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	if brk != nil {
+		brk.Close(shut)
+	}
+	return runErr
+}
+
+// handle is the MQTT handler: append, and acknowledge once durable.
+func (n *node) handle(m mqtt.Message, ack func()) {
+	rec := encodeRecord(nil, m.Topic, m.Payload)
+	pos, err := n.log.Append(context.Background(), rec)
+	if err != nil {
+		n.lg.Error("edge: ingest log append; the broker will redeliver", "topic", m.Topic, "err", err)
+		return
+	}
+	n.acks.push(pos, ack)
+	// The commit may have happened between Append and push.
+	n.acks.durable(n.log.Durable())
+}
+
+// Ingest log records: uvarint topic length, topic, payload.
+func encodeRecord(dst []byte, topic string, payload []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(topic)))
+	dst = append(dst, topic...)
+	return append(dst, payload...)
+}
+
+func decodeRecord(rec []byte) (topic string, payload []byte, err error) {
+	l, w := binary.Uvarint(rec)
+	if w <= 0 || uint64(len(rec)-w) < l {
+		return "", nil, errors.New("edge: ingest record: bad topic length")
+	}
+	return string(rec[w : w+int(l)]), rec[w+int(l):], nil
+}
+
+// pump reads the durable log from the last checkpoint on and feeds the
+// runtimes; it injects a barrier every checkpoint interval. Replay after a
+// restart and live ingestion are the same loop. It returns after drain is
+// closed and everything durable has been read.
+func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
+	rd, err := n.log.NewReader(n.last.Pos)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	next := n.last.Pos
+	id := n.last.ID
+	tick := time.NewTicker(n.cfg.CheckpointInterval)
+	defer tick.Stop()
+	barrier := func() error {
+		id++
+		for _, ps := range n.pipes {
+			if err := ps.rt.Barrier(id); err != nil {
+				return err
+			}
+		}
+		select {
+		case n.parts <- ckptPart{id: id, pos: next, isPos: true}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	draining := false
+	for {
+		rec, pos, err := rd.Next()
+		switch {
+		case err == nil:
+			topic, payload, derr := decodeRecord(rec)
+			for _, ps := range n.pipes {
+				if !matches(ps.p, topic) {
+					continue
+				}
+				var ierr error
+				if derr != nil {
+					ierr = ps.rt.Reject(rec, "", int64(pos), derr.Error())
+				} else {
+					ierr = ps.rt.Ingest(payload, topic, int64(pos))
+				}
+				if ierr != nil {
+					return ierr
+				}
+			}
+			next = pos + 1
+			select {
+			case <-tick.C:
+				if err := barrier(); err != nil {
+					return err
+				}
+			default:
+			}
+			continue
+		case errors.Is(err, io.EOF):
+		default:
+			return fmt.Errorf("edge: read ingest log at %d: %w", next, err)
+		}
+		if draining {
+			return barrier()
+		}
+		for _, ps := range n.pipes {
+			if err := ps.rt.Tick(time.Now()); err != nil {
+				return err
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err = n.log.WaitDurable(wctx, next)
+		cancel()
+		select {
+		case <-tick.C:
+			if err := barrier(); err != nil {
+				return err
+			}
+		case <-drain:
+			draining = true
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+	}
+}
+
+func matches(p *operators.Pipeline, topic string) bool {
+	m := p.Spec.Source.MQTT
+	return m == nil || mqtt.Match(m.Topic, topic)
+}
+
+// ackQueue holds the acks of appended messages until the log says they
+// are durable; acks go out in arrival order.
+type ackQueue struct {
+	mu   sync.Mutex
+	q    []pendingAck
+	head int
+}
+
+type pendingAck struct {
+	pos ingestlog.Position
+	ack func()
+}
+
+func (a *ackQueue) push(pos ingestlog.Position, ack func()) {
+	a.mu.Lock()
+	a.q = append(a.q, pendingAck{pos, ack})
+	a.mu.Unlock()
+}
+
+// durable is ingestlog's OnDurable: acknowledge every message below upTo.
+// Acks are sent under the lock so that they leave in arrival order even
+// when the committer and the handler both call it.
+func (a *ackQueue) durable(upTo ingestlog.Position) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.head < len(a.q) && a.q[a.head].pos < upTo {
+		a.q[a.head].ack()
+		a.q[a.head] = pendingAck{}
+		a.head++
+	}
+	if a.head > 1024 && a.head*2 > len(a.q) {
+		a.q = append(a.q[:0], a.q[a.head:]...)
+		a.head = 0
+	}
+}
