@@ -1,0 +1,228 @@
+package edge_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runnel-io/runnel/internal/testbroker"
+)
+
+const crashSpec = `name: crash
+source: {mqtt: {topic: "plant/+/temp", qos: 1}}
+event_time: {field: ts, unit: ms}
+event_id: [device, seq]
+key: [device]
+watermark: {max_out_of_order: 2s}
+window: {tumbling: 1s}
+allowed_lateness: 1m
+aggregates: {n: count(), sum: sum(v)}
+`
+
+// edgeProc is one runnel-edge process of the crash test.
+type edgeProc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCrashExactlyOnce kills a real runnel-edge process with SIGKILL at
+// random moments while a publisher sends a known stream through a real
+// Mosquitto (QoS 1, with an event id). After the last restart the window
+// results in the node's outbox equal the oracle: every reading counted
+// once, none lost, none twice.
+func TestCrashExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: starts processes for several seconds")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "runnel-edge")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	specPath := filepath.Join(dir, "crash.yaml")
+	if err := os.WriteFile(specPath, []byte(crashSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	mosq := testbroker.Start(t)
+
+	start := func() *edgeProc {
+		p := &edgeProc{stderr: &syncBuffer{}}
+		p.cmd = exec.Command(bin, "run", "--pipeline", specPath, "--data-dir", data,
+			"--broker-url", mosq.Addr(), "--edge-id", "crash", "--checkpoint-interval", "100ms")
+		p.cmd.Stderr = p.stderr
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	waitConnected := func(p *edgeProc) {
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(p.stderr.String(), "mqtt: connected") {
+			if time.Now().After(deadline) {
+				t.Fatalf("edge did not connect:\n%s", p.stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// The first start creates the persistent session, so nothing published
+	// from now on is lost by the broker while the edge is down.
+	p := start()
+	waitConnected(p)
+
+	const devices, perDevice = 8, 400
+	rng := rand.New(rand.NewPCG(11, 12))
+	type reading struct {
+		dev, seq int
+		ts, v    int64
+	}
+	var stream []reading
+	base := int64(1_767_225_600_000)
+	for i := range devices * perDevice {
+		stream = append(stream, reading{dev: i % devices, seq: i / devices, ts: base + int64(i)*5 - rng.Int64N(500), v: rng.Int64N(100)})
+	}
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		pub := testbroker.NewPublisher(t, mosq.HostPort())
+		defer pub.Close()
+		for _, r := range stream {
+			payload := fmt.Appendf(nil, `{"device":"d%d","seq":%d,"ts":%d,"v":%d}`, r.dev, r.seq, r.ts, r.v)
+			if err := pub.Publish(context.Background(), "plant/north/temp", payload, 1); err != nil {
+				t.Errorf("publish: %v", err)
+				return
+			}
+		}
+	}()
+
+	kills := 0
+	for kills < 20 || !isClosed(pubDone) {
+		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond)
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		p.cmd.Wait()
+		kills++
+		p = start()
+	}
+	<-pubDone
+	// A last reading far ahead moves the watermark past every window.
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	pub.MustPublish("plant/north/temp", fmt.Appendf(nil, `{"device":"flush","seq":0,"ts":%d,"v":0}`, base+3_600_000), 1)
+	pub.Close()
+
+	want := map[string][2]int64{} // device/window -> count, sum
+	for _, r := range stream {
+		w := (r.ts / 1000) * 1000
+		k := fmt.Sprintf("d%d/%d", r.dev, w)
+		c := want[k]
+		want[k] = [2]int64{c[0] + 1, c[1] + r.v}
+	}
+
+	var got map[string][2]int64
+	for attempt := 0; ; attempt++ {
+		time.Sleep(2 * time.Second)
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("edge exit: %v\n%s", err, p.stderr.String())
+		}
+		got = readOutbox(t, bin, data, specPath)
+		if len(got) >= len(want) || attempt == 4 {
+			break
+		}
+		p = start()
+	}
+	t.Logf("crash test: %d SIGKILLs, %d readings, %d windows", kills, len(stream), len(want))
+	bad := 0
+	for k, w := range want {
+		if g := got[k]; g != w {
+			if bad++; bad <= 10 {
+				t.Errorf("window %s: got count,sum %v, want %v", k, g, w)
+			}
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected window %s", k)
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d windows wrong after %d kills", bad, len(want), kills)
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// readOutbox returns the latest version of every window result in the
+// node's outbox, as device/window_start -> (count, sum).
+func readOutbox(t *testing.T, bin, data, specPath string) map[string][2]int64 {
+	out, err := exec.Command(bin, "outbox", "--data-dir", data, "--pipeline", specPath).Output()
+	if err != nil {
+		t.Fatalf("outbox: %v", err)
+	}
+	got := map[string][2]int64{}
+	ver := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r struct {
+			Key         map[string]any `json:"key"`
+			WindowStart int64          `json:"window_start"`
+			Version     int            `json:"version"`
+			Values      struct {
+				N   int64   `json:"n"`
+				Sum float64 `json:"sum"`
+			} `json:"values"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("outbox line %q: %v", line, err)
+		}
+		if r.Key["device"] == "flush" {
+			continue
+		}
+		k := fmt.Sprintf("%v/%d", r.Key["device"], r.WindowStart)
+		if r.Version > ver[k] {
+			ver[k] = r.Version
+			got[k] = [2]int64{r.Values.N, int64(r.Values.Sum)}
+		} else if r.Version == ver[k] {
+			t.Errorf("window %s version %d twice in the outbox", k, r.Version)
+		}
+	}
+	return got
+}
