@@ -6,13 +6,17 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     ?= bin
 
-.PHONY: run test check build bench fuzz clean
+.PHONY: run test deps check build bench fuzz clean
 
 run:
 	$(GO) run ./cmd/runnel-edge replay --pipeline examples/line-temps.yaml --input examples/line-temps.jsonl
 
-test: check
+test: deps check
 	$(GO) test -race -shuffle=on -timeout 15m $(PKGS)
+
+# Servers the tests run against for real (Mosquitto); a no-op when present.
+deps:
+	sh deploy/test/install-deps.sh
 
 check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
