@@ -28,10 +28,15 @@ type ckptPart struct {
 	isPos bool
 	pipe  string
 	out   [][]byte // outbox entries, in emission order
+	late  [][]byte // late records, JSON
+	dead  [][]byte // dead letters, JSON
 	snap  []byte   // snapshot entries, eachEntry format
 }
 
-// stagingSink keeps outputs until the checkpoint that covers them.
+// stagingSink keeps outputs until the checkpoint that covers them: window
+// results become outbox entries, late records and dead letters go to their
+// own buckets, all in the checkpoint's transaction, so none is lost or
+// stored twice across crashes.
 type stagingSink struct {
 	p      *operators.Pipeline
 	parts  chan<- ckptPart
@@ -40,27 +45,42 @@ type stagingSink struct {
 
 type staged struct {
 	epoch uint64
+	kind  byte // 'r' result, 'l' late, 'd' dead letter
 	entry []byte
 }
 
 func (s *stagingSink) Result(r *operators.Result) error {
-	s.staged = append(s.staged, staged{r.Epoch, encodeOutbox(nil, s.p.Name, r)})
+	s.staged = append(s.staged, staged{r.Epoch, 'r', encodeOutbox(nil, s.p.Name, r)})
 	return nil
 }
 
-// Late records and dead letters are counted by the runtime; persisting
-// them is left to a later change (see the package caveats).
-func (s *stagingSink) Late(*operators.Late) error       { return nil }
-func (s *stagingSink) Dead(*operators.DeadLetter) error { return nil }
+func (s *stagingSink) Late(l *operators.Late) error {
+	b, err := s.p.AppendLateJSON(nil, l)
+	if err != nil {
+		return err
+	}
+	s.staged = append(s.staged, staged{l.Epoch, 'l', b})
+	return nil
+}
+
+func (s *stagingSink) Dead(d *operators.DeadLetter) error {
+	s.staged = append(s.staged, staged{d.Epoch, 'd', s.p.AppendDeadJSON(nil, d)})
+	return nil
+}
 
 func (s *stagingSink) Barrier(b *operators.Barrier) error {
 	part := ckptPart{id: b.ID, pipe: s.p.Name}
 	keep := s.staged[:0]
 	for _, st := range s.staged {
-		if st.epoch < b.ID {
-			part.out = append(part.out, st.entry)
-		} else {
+		switch {
+		case st.epoch >= b.ID:
 			keep = append(keep, st)
+		case st.kind == 'r':
+			part.out = append(part.out, st.entry)
+		case st.kind == 'l':
+			part.late = append(part.late, st.entry)
+		default:
+			part.dead = append(part.dead, st.entry)
 		}
 	}
 	clear(s.staged[len(keep):])
@@ -177,12 +197,21 @@ func (n *node) writer(ctx context.Context) error {
 func (n *node) commit(id uint64, parts []ckptPart) error {
 	c := checkpoint{ID: id, NextSeq: n.last.NextSeq}
 	entries := 0
+	var sideN uint32
 	_, err := n.store.Commit(func(tx *state.Tx) error {
 		snaps, err := tx.Bucket(bucketSnapshot)
 		if err != nil {
 			return err
 		}
 		outbox, err := tx.Bucket(bucketOutbox)
+		if err != nil {
+			return err
+		}
+		late, err := tx.Bucket(bucketLate)
+		if err != nil {
+			return err
+		}
+		dead, err := tx.Bucket(bucketDead)
 		if err != nil {
 			return err
 		}
@@ -200,6 +229,17 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				}
 				c.NextSeq++
 				entries++
+			}
+			// Side outputs are keyed by checkpoint id and arrival index.
+			for _, e := range p.late {
+				if err := late.Put(sideKey(id, &sideN), e); err != nil {
+					return err
+				}
+			}
+			for _, e := range p.dead {
+				if err := dead.Put(sideKey(id, &sideN), e); err != nil {
+					return err
+				}
 			}
 		}
 		meta, err := tx.Bucket(bucketCheckpoint)
@@ -243,4 +283,32 @@ func ReadOutbox(ctx context.Context, dir string, fn func(OutboxEntry) error) err
 			return fn(e)
 		})
 	})
+}
+
+// ReadSideOutput calls fn with every late record (which "late") or dead
+// letter (which "dead") a stopped node committed, as JSON, in order.
+func ReadSideOutput(dir, which string, fn func(line []byte) error) error {
+	bucket := map[string]string{"late": bucketLate, "dead": bucketDead}[which]
+	if bucket == "" {
+		return fmt.Errorf("edge: no side output %q (late, dead)", which)
+	}
+	st, err := state.Open(dir+"/state.db", state.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return st.View(func(tx *state.Tx) error {
+		b, err := tx.Bucket(bucket)
+		if err != nil {
+			return err
+		}
+		return b.ForEach(nil, func(_, v []byte) error { return fn(v) })
+	})
+}
+
+func sideKey(id uint64, n *uint32) []byte {
+	k := binary.BigEndian.AppendUint64(nil, id)
+	k = binary.BigEndian.AppendUint32(k, *n)
+	*n++
+	return k
 }

@@ -82,6 +82,8 @@ const (
 	bucketCheckpoint = "checkpoint"
 	bucketSnapshot   = "snapshot"
 	bucketOutbox     = "outbox"
+	bucketLate       = "late"
+	bucketDead       = "deadletter"
 )
 
 func (c checkpoint) encode() []byte {

@@ -27,7 +27,7 @@ const usage = `usage: runnel-edge <command> [flags]
 commands:
   run      run the edge node: MQTT in, checkpointed window results to the outbox
   replay   run a pipeline over a recorded JSON-lines file, results to stdout
-  outbox   print the committed outbox of a stopped node as JSON lines
+  outbox   print the committed outbox (or --side late|dead) of a stopped node as JSON lines
 `
 
 func main() {
@@ -199,8 +199,17 @@ func outbox(ctx context.Context, args []string) error {
 	var pipelines multiFlag
 	fs.Var(&pipelines, "pipeline", "pipeline spec (YAML) of the entries to render; repeatable")
 	dir := fs.String("data-dir", "runnel-data", "the node's data directory")
+	side := fs.String("side", "", "print the committed late records (late) or dead letters (dead) instead")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *side != "" {
+		w := bufio.NewWriter(os.Stdout)
+		defer w.Flush()
+		return edge.ReadSideOutput(*dir, *side, func(line []byte) error {
+			w.Write(line)
+			return w.WriteByte('\n')
+		})
 	}
 	ps, err := loadPipelines(pipelines)
 	if err != nil {
