@@ -26,9 +26,9 @@ var ErrClosed = errors.New("ingestlog: log closed")
 // Options.MaxRecordSize. The record is not appended.
 var ErrTooLarge = errors.New("ingestlog: record too large")
 
-// ErrOutOfRange is wrapped by NewReader, Reader.Next and WaitDurable for a
-// position the log does not hold: before First (deleted by DeleteBefore), or
-// past the durable end (NewReader) or the last appended record (WaitDurable).
+// ErrOutOfRange is wrapped by NewReader and Reader.Next for a position the
+// log does not hold: before First (deleted by DeleteBefore), or past the
+// durable end.
 var ErrOutOfRange = errors.New("ingestlog: position out of range")
 
 // ErrFailed is wrapped, together with the cause, by every Append and

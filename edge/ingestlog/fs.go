@@ -81,7 +81,7 @@ func (osFS) OpenReadWrite(name string) (File, error) {
 	return osFile{f}, nil
 }
 
-func (osFS) Remove(name string) error            { return os.Remove(name) }
+func (osFS) Remove(name string) error             { return os.Remove(name) }
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
 func (osFS) MkdirAll(dir string) error            { return os.MkdirAll(dir, 0o755) }
 

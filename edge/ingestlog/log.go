@@ -3,7 +3,6 @@ package ingestlog
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -32,8 +31,8 @@ type Log struct {
 	lock io.Closer
 
 	// Owned by the committer goroutine once Open returns.
-	active  File     // the last segment, open read-write
-	written int64    // bytes written to active; its durable size may lag
+	active  File  // the last segment, open read-write
+	written int64 // bytes written to active; its durable size may lag
 	enc     *zstd.Encoder
 	zbuf    []byte
 
@@ -46,18 +45,18 @@ type Log struct {
 	size    atomic.Int64  // bytes in all segment files
 
 	mu        sync.Mutex
-	pend      []byte    // the next block: frameHeaderSize reserved bytes, then records
-	spare     []byte    // the other block buffer, while pend's twin is being written
-	pendFirst Position  // position of pend's first record
-	pendCount int       // records in pend
-	pendSince time.Time // when pend's first record arrived
-	inflight  int       // record bytes of the block being committed
-	err       error     // sticky: the write or fsync that failed
-	closed    bool      // Close was called
-	exited    bool      // the committer has exited
-	closeErr  error     // what Close returns, set before done is closed
-	wake      chan struct{}
-	segs      []*segment // oldest first; the last is the active segment
+	pend      []byte        // the next block: frameHeaderSize reserved bytes, then records
+	spare     []byte        // the other block buffer; nil while the committer writes it
+	pendFirst Position      // position of pend's first record
+	pendCount int           // records in pend
+	pendSince time.Time     // when pend's first record arrived
+	inflight  int           // record bytes of the block being committed
+	err       error         // sticky: the write or fsync that failed
+	closed    bool          // Close was called
+	exited    bool          // the committer has exited
+	closeErr  error         // what Close returns, set before done is closed
+	wake      chan struct{} // closed and cleared at each state change; see wakeLocked
+	segs      []*segment    // oldest first; the last is the active segment
 
 	deleteMu sync.Mutex // serialises DeleteBefore
 }
@@ -152,9 +151,13 @@ func Open(ctx context.Context, dir string, opts *Options) (*Log, Recovery, error
 			return nil, Recovery{}, fmt.Errorf("ingestlog: open %s: zstd: %w", dir, err)
 		}
 	}
-	bufCap := min(o.MaxUnsynced, 2*o.GroupBytes) + frameHeaderSize
+	// The block buffers grow to what the load needs and are then reused.
+	bufCap := min(o.MaxUnsynced, o.GroupBytes, 64<<10) + frameHeaderSize
 	l.pend = make([]byte, frameHeaderSize, bufCap)
 	l.spare = make([]byte, frameHeaderSize, bufCap)
+	if l.enc != nil {
+		l.zbuf = make([]byte, 0, bufCap)
+	}
 	l.pendFirst = rec.End
 	l.durable.Store(uint64(rec.End))
 	go l.run()
@@ -232,8 +235,8 @@ func (l *Log) Append(ctx context.Context, rec []byte) (Position, error) {
 }
 
 // WaitDurable blocks until the record at pos is durable, ctx is done, or the
-// log fails or closes before that. It fails at once with ErrOutOfRange for a
-// position that was never appended.
+// log fails or closes before that. pos may lie beyond the last append: a
+// Reader at the durable end waits for its next position this way.
 func (l *Log) WaitDurable(ctx context.Context, pos Position) error {
 	if l.Durable() > pos {
 		return nil
@@ -244,10 +247,6 @@ func (l *Log) WaitDurable(ctx context.Context, pos Position) error {
 		case l.Durable() > pos:
 			l.mu.Unlock()
 			return nil
-		case pos >= l.pendFirst+Position(l.pendCount):
-			next := l.pendFirst + Position(l.pendCount)
-			l.mu.Unlock()
-			return fmt.Errorf("ingestlog: wait for position %d: %w (next append gets %d)", pos, ErrOutOfRange, next)
 		case l.err != nil:
 			err := l.err
 			l.mu.Unlock()
@@ -364,5 +363,3 @@ func (l *Log) path(name string) string { return filepath.Join(l.dir, name) }
 func errFailed(op, name string, err error) error {
 	return fmt.Errorf("%w: %s %s: %w", ErrFailed, op, name, err)
 }
-
-var _ = errors.Is

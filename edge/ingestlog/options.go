@@ -104,7 +104,7 @@ type Options struct {
 	// commit with the new durable end: every record with a position below
 	// upTo is durable. Calls come in order, one at a time, with upTo
 	// increasing. It must return quickly (the next commit waits for it) and
-	// must not call Close.
+	// must not call Append, which may wait for the committer, or Close.
 	OnDurable func(upTo Position)
 }
 

@@ -1,8 +1,10 @@
 package ingestlog
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -51,9 +53,18 @@ func (l *Log) NewReader(from Position) (*Reader, error) {
 	l.mu.Unlock()
 	f, err := l.fs.Open(l.path(seg.name))
 	if err != nil {
-		return nil, fmt.Errorf("ingestlog: read from position %d: %w", from, err)
+		return nil, fmt.Errorf("ingestlog: read from position %d: %w", from, deletedErr(err))
 	}
 	return &Reader{l: l, seg: seg, f: f, win: window{f: f, ahead: readAhead}, off: off, next: next, skip: from, pos: next}, nil
+}
+
+// deletedErr marks a segment that vanished between the lookup and the open
+// (DeleteBefore ran in between) as out of range.
+func deletedErr(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", ErrOutOfRange, err)
+	}
+	return err
 }
 
 // searchIndex returns the last entry at or before pos, or -1.
@@ -133,7 +144,7 @@ func (r *Reader) loadFrame() error {
 		}
 		f, err := l.fs.Open(l.path(nextSeg.name))
 		if err != nil {
-			return fmt.Errorf("ingestlog: read position %d: %w", r.next, err)
+			return fmt.Errorf("ingestlog: read position %d: %w", r.next, deletedErr(err))
 		}
 		r.f.Close()
 		r.seg, r.f, r.off = nextSeg, f, segHeaderSize
