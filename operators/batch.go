@@ -72,8 +72,8 @@ type outBatch struct {
 	late    []Late
 	dead    []DeadLetter
 	arena   []byte
-	barrier uint64  // a barrier part follows these outputs, 0 for none
-	snap    snapBuf // the part's snapshot entries
+	barrier uint64   // a barrier part follows these outputs, 0 for none
+	snap    *snapBuf // the part's snapshot operations
 }
 
 const (

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/runnel-io/runnel/window"
 )
 
@@ -38,10 +40,12 @@ type BarrierSink interface {
 // Barrier is a consistent cut of a Runtime.
 type Barrier struct {
 	ID uint64
-	// Entries yields the snapshot: every (hash, key, value) entry of the
-	// window operators and of the ingest side. The hash is the key's hash
-	// (0 for runtime-wide entries): a store partitions by it.
-	Entries func(fn func(hash uint64, key, value []byte) error) error
+	// Changes replays onto w, in order, what changed in the Runtime's state
+	// since the previous barrier (since the restore, or since the start):
+	// applied on top of the store that holds the previous checkpoint, it
+	// leaves exactly the state at this barrier. Hashes are the keys' hashes
+	// (0 for runtime-wide entries): a store partitions by them.
+	Changes func(w window.SnapshotWriter) error
 }
 
 // ErrBadSnapshot marks a checkpoint entry the Runtime cannot restore.
@@ -51,30 +55,55 @@ var ErrBadSnapshot = errors.New("operators: bad snapshot entry")
 // letters ('m', 's', 'v', 'x').
 const keyWatermark = 'w'
 
-// snapBuf holds snapshot entries back to back:
-// be64 hash | uvarint len(key) | key | uvarint len(value) | value.
-type snapBuf []byte
+// snapBuf records snapshot operations back to back:
+// op ('P' put, 'D' delete, 'X' delete prefix) | be64 hash |
+// uvarint len(key) | key | uvarint len(value) | value.
+// It is a window.SnapshotWriter; replay plays the operations onto another.
+type snapBuf struct {
+	b        []byte
+	skipMeta bool // drop the operator metadata entry (kept from one worker only)
+}
 
-func (s *snapBuf) put(hash uint64, key, value []byte) error {
-	b := binary.BigEndian.AppendUint64(*s, hash)
+func (s *snapBuf) op(op byte, hash uint64, key, value []byte) error {
+	b := append(s.b, op)
+	b = binary.BigEndian.AppendUint64(b, hash)
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	b = append(b, key...)
 	b = binary.AppendUvarint(b, uint64(len(value)))
-	*s = append(b, value...)
+	s.b = append(b, value...)
 	return nil
 }
 
-func (s snapBuf) each(fn func(hash uint64, key, value []byte) error) error {
-	for len(s) > 0 {
-		h := binary.BigEndian.Uint64(s)
-		s = s[8:]
-		n, w := binary.Uvarint(s)
-		k := s[w : w+int(n)]
-		s = s[w+int(n):]
-		n, w = binary.Uvarint(s)
-		v := s[w : w+int(n)]
-		s = s[w+int(n):]
-		if err := fn(h, k, v); err != nil {
+func (s *snapBuf) Put(hash uint64, key, value []byte) error {
+	if s.skipMeta && len(key) == 1 && key[0] == 'm' {
+		return nil
+	}
+	return s.op('P', hash, key, value)
+}
+func (s *snapBuf) Delete(hash uint64, key []byte) error { return s.op('D', hash, key, nil) }
+func (s *snapBuf) DeletePrefix(prefix []byte) error     { return s.op('X', 0, prefix, nil) }
+
+func (s *snapBuf) replay(w window.SnapshotWriter) error {
+	b := s.b
+	for len(b) > 0 {
+		op, h := b[0], binary.BigEndian.Uint64(b[1:])
+		b = b[9:]
+		n, m := binary.Uvarint(b)
+		k := b[m : m+int(n)]
+		b = b[m+int(n):]
+		n, m = binary.Uvarint(b)
+		v := b[m : m+int(n)]
+		b = b[m+int(n):]
+		var err error
+		switch op {
+		case 'P':
+			err = w.Put(h, k, v)
+		case 'D':
+			err = w.Delete(h, k)
+		default:
+			err = w.DeletePrefix(k)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -88,12 +117,12 @@ func (r *Runtime) Barrier(id uint64) error {
 	if err := r.ctx.Err(); err != nil {
 		return r.failure(err)
 	}
-	var src snapBuf
+	src := &snapBuf{}
 	v := binary.AppendVarint(nil, r.wms.MaxSeen(0))
 	v = binary.AppendVarint(v, r.wms.Current())
-	_ = src.put(0, []byte{keyWatermark}, v)
+	_ = src.Put(0, []byte{keyWatermark}, v)
 	if r.dedup != nil {
-		_ = src.put(0, []byte{keyDedup}, r.dedup.appendSnapshot(nil))
+		_ = src.Put(0, []byte{keyDedup}, r.dedup.appendSnapshot(nil))
 	}
 	// The source's part goes first: the output goroutine collects it, then
 	// one part per worker.
@@ -131,14 +160,10 @@ func (r *Runtime) Barrier(id uint64) error {
 
 // barrier runs on the worker when a barrier batch has been processed.
 func (w *worker) barrier(id uint64, first bool) {
-	var snap snapBuf
-	err := w.op.Snapshot(func(hash uint64, key, value []byte) error {
-		if len(key) == 1 && key[0] == 'm' && !first {
-			return nil // identical on every worker at a barrier: kept once
-		}
-		return snap.put(hash, key, value)
-	})
-	if err != nil {
+	// The operator metadata is identical on every worker at a barrier:
+	// it is kept from the first only.
+	snap := &snapBuf{skipMeta: !first}
+	if err := w.op.SnapshotDirty(snap); err != nil {
 		w.err = fmt.Errorf("operators: snapshot at barrier %d: %w", id, err)
 		return
 	}
@@ -153,15 +178,15 @@ func (w *worker) barrier(id uint64, first bool) {
 
 // barriers collects the parts of each barrier on the output goroutine.
 type barriers struct {
-	parts map[uint64][]snapBuf
+	parts map[uint64][]*snapBuf
 	need  int
 }
 
 // arrive records one part of barrier id; it returns the barrier when every
 // part is in.
-func (bs *barriers) arrive(id uint64, snap snapBuf) *Barrier {
+func (bs *barriers) arrive(id uint64, snap *snapBuf) *Barrier {
 	if bs.parts == nil {
-		bs.parts = map[uint64][]snapBuf{}
+		bs.parts = map[uint64][]*snapBuf{}
 	}
 	bs.parts[id] = append(bs.parts[id], snap)
 	if len(bs.parts[id]) < bs.need {
@@ -169,9 +194,9 @@ func (bs *barriers) arrive(id uint64, snap snapBuf) *Barrier {
 	}
 	parts := bs.parts[id]
 	delete(bs.parts, id)
-	return &Barrier{ID: id, Entries: func(fn func(uint64, []byte, []byte) error) error {
+	return &Barrier{ID: id, Changes: func(w window.SnapshotWriter) error {
 		for _, p := range parts {
-			if err := p.each(fn); err != nil {
+			if err := p.replay(w); err != nil {
 				return err
 			}
 		}
@@ -180,7 +205,8 @@ func (bs *barriers) arrive(id uint64, snap snapBuf) *Barrier {
 }
 
 // restore loads a checkpoint before the workers start: entries go to the
-// worker owning their key group; operator metadata to every worker.
+// worker owning their key group; operator metadata to every worker. A hash
+// of 0 is recomputed from the entry's record key.
 func (r *Runtime) restore(load func(fn func(hash uint64, key, value []byte) error) error) error {
 	err := load(func(hash uint64, key, value []byte) error {
 		switch {
@@ -210,6 +236,10 @@ func (r *Runtime) restore(load func(fn func(hash uint64, key, value []byte) erro
 				}
 			}
 			return nil
+		}
+		if hash == 0 {
+			// The store kept no hash: it is the record key's.
+			hash = xxhash.Sum64(window.RecordKey(key))
 		}
 		return r.workers[r.workerOf(hash)].op.Restore(hash, key, value)
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -17,6 +18,7 @@ import (
 // seen before it and its snapshot entries: what a checkpoint stores.
 type checkpointing struct {
 	*collect
+	store  kvStore // the checkpoints' state, as a store holds it
 	cuts   []cut
 	staged []staged // results in arrival order, with their epoch
 	lates  []uint64 // epochs of late records
@@ -63,12 +65,44 @@ func (c *checkpointing) Barrier(b *operators.Barrier) error {
 			k.late++
 		}
 	}
-	err := b.Entries(func(h uint64, key, value []byte) error {
-		k.entries = append(k.entries, [3][]byte{fmt.Appendf(nil, "%d", h), slices.Clone(key), slices.Clone(value)})
-		return nil
-	})
+	if c.store == nil {
+		c.store = kvStore{}
+	}
+	if err := b.Changes(c.store); err != nil {
+		return err
+	}
+	for key, e := range c.store {
+		k.entries = append(k.entries, [3][]byte{fmt.Appendf(nil, "%d", e.hash), []byte(key), e.value})
+	}
 	c.cuts = append(c.cuts, k)
-	return err
+	return nil
+}
+
+type kv struct {
+	hash  uint64
+	value []byte
+}
+
+// kvStore applies snapshot operations as a state store does.
+type kvStore map[string]kv
+
+func (m kvStore) Put(h uint64, k, v []byte) error {
+	m[string(k)] = kv{h, slices.Clone(v)}
+	return nil
+}
+
+func (m kvStore) Delete(_ uint64, k []byte) error {
+	delete(m, string(k))
+	return nil
+}
+
+func (m kvStore) DeletePrefix(p []byte) error {
+	for k := range m {
+		if strings.HasPrefix(k, string(p)) {
+			delete(m, k)
+		}
+	}
+	return nil
 }
 
 // TestRecoveryFromBarrier is exactly-once at the runtime level: run a random

@@ -32,6 +32,7 @@ type slab struct {
 type chunk struct {
 	states []aggregate.State
 	bits   [chunkSize / 64]uint64 // keys with data
+	dirty  [chunkSize / 64]uint64 // keys changed since the last snapshot
 	n      int                    // bits set
 }
 
@@ -47,10 +48,12 @@ func (o *Operator) slabState(sb *slab, idx int32) *aggregate.State {
 		sb.chunks[c] = ch
 	}
 	i := idx & chunkMask
-	if w, b := i>>6, uint64(1)<<(i&63); ch.bits[w]&b == 0 {
+	w, b := i>>6, uint64(1)<<(i&63)
+	if ch.bits[w]&b == 0 {
 		ch.bits[w] |= b
 		ch.n++
 	}
+	ch.dirty[w] |= b
 	return &ch.states[i]
 }
 
@@ -199,6 +202,7 @@ func (o *Operator) advanceAligned() {
 	o.firedThrough = hi
 	n := 0
 	for n < len(o.slabs) && addSat(o.sl.lastEnd(o.slabs[n].end), o.lateness) <= o.wm {
+		o.dropped = append(o.dropped, o.slabs[n].end)
 		o.recycle(o.slabs[n])
 		n++
 	}
@@ -311,6 +315,7 @@ func (o *Operator) emitAligned(idx int32, e int64) {
 // remembers it while the window can still change; versions past lateness
 // are dropped on the way.
 func (o *Operator) bumpVersion(idx int32, e int64) uint32 {
+	o.touch(idx)
 	k := &o.keys[idx]
 	n := 0
 	for n < len(k.fired) && addSat(k.fired[n].end, o.lateness) <= o.wm {
@@ -349,6 +354,7 @@ func (o *Operator) recycle(sb *slab) {
 			}
 		}
 		ch.bits = [chunkSize / 64]uint64{}
+		ch.dirty = [chunkSize / 64]uint64{}
 		ch.n = 0
 	}
 	o.freeSlabs = append(o.freeSlabs, sb)

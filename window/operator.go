@@ -74,6 +74,17 @@ type Operator struct {
 	res     Result
 	stats   Stats
 	sink    uint64 // Prefetch's reads land here so they are not optimized away
+
+	// change tracking for SnapshotDirty
+	changed []int32        // keys whose versions or sessions changed
+	dropped []int64        // slice ends dropped past lateness
+	deleted []deletedEntry // entries of forgotten keys
+	enc     []byte         // scratch encoding
+}
+
+type deletedEntry struct {
+	hash uint64
+	key  []byte
 }
 
 // Stats counts what an Operator did.
@@ -93,6 +104,9 @@ type keyState struct {
 	// aligned windows
 	lastSlice int64         // latest slice end holding data of this key
 	fired     []firedWindow // versions of windows still within lateness, ordered by end
+
+	changed bool // versions or sessions changed since the last snapshot
+	stored  bool // a snapshot holds a 'v' or 'x' entry of this key
 
 	// sessions
 	due      int64     // time of the key's live timer registration; unregistered when none
@@ -233,6 +247,14 @@ func (o *Operator) newKey(key []byte, hash uint64) int32 {
 // forget drops key idx and keeps its memory for the next new key.
 func (o *Operator) forget(idx int32) {
 	k := &o.keys[idx]
+	if k.stored {
+		tag := byte('v')
+		if o.kind == Session {
+			tag = 'x'
+		}
+		o.deleted = append(o.deleted, deletedEntry{k.hash, append([]byte{tag}, k.key...)})
+	}
+	k.stored, k.changed = false, false
 	for _, s := range k.sessions {
 		o.putState(s.st)
 	}

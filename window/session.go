@@ -18,6 +18,7 @@ type session struct {
 
 func (o *Operator) addSession(idx int32, in *aggregate.Input) bool {
 	k := &o.keys[idx]
+	defer o.touch(idx)
 	t := in.Time
 	end := addSat(t, o.gap)
 	ss := k.sessions
@@ -100,6 +101,7 @@ func (o *Operator) advanceSessions() {
 // wm, drops the ones past lateness and registers the key for its next work;
 // a key without sessions is forgotten after idleKeep.
 func (o *Operator) processSessions(idx int32) {
+	o.touch(idx)
 	k := &o.keys[idx]
 	n := 0
 	next := MaxTime

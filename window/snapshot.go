@@ -10,87 +10,171 @@ import (
 // ErrCorrupt marks a snapshot entry Restore cannot accept.
 var ErrCorrupt = errors.New("window: corrupt snapshot entry")
 
-// Snapshot entries. Each is a (key, value) pair, self-describing by its
-// first key byte, so a store can keep them in any order and partition them
-// by the hash passed along (the key's own hash; 0 for operator metadata):
+// SnapshotWriter receives snapshot operations. Keys and values are valid
+// only during the call. hash is the hash of the entry's key (0 for
+// operator-wide entries): a store partitions by it.
+type SnapshotWriter interface {
+	Put(hash uint64, key, value []byte) error
+	Delete(hash uint64, key []byte) error
+	// DeletePrefix deletes every entry whose key starts with prefix, in
+	// every partition.
+	DeletePrefix(prefix []byte) error
+}
+
+// Snapshot entries (docs/formats/window-snapshot.md):
 //
-//	'm'                              -> version 1, kind, uvarint wm+, uvarint firedThrough+   (zig-zag varints)
-//	's' be64(slice end)  key bytes   -> aggregate encoding of the key's partial in that slice
-//	'v' be64(window end) key bytes   -> uvarint last emitted version of an aligned window
-//	'x' be64(session start) key bytes -> varint end, uvarint version, dirty byte, aggregate encoding
+//	'm'                             -> version, kind, varint wm, varint firedThrough
+//	's' be64(slice end) key bytes   -> aggregate encoding of the key's partial in that slice
+//	'v' key bytes                   -> the key's window versions: uvarint n, n × (varint end, uvarint version)
+//	'x' key bytes                   -> the key's sessions: uvarint n, n × (varint start, varint end,
+//	                                   uvarint version, dirty byte, uvarint len, aggregate encoding)
 //
 // Merged blocks are not written: they are rebuilt from slices when needed.
-// The layout is described in docs/formats/window-snapshot.md.
-const snapshotVersion = 1
+const snapshotVersion = 2
 
-// Snapshot hands every piece of the operator's state to put, entry by
-// entry, in no particular order: the watermark, every partial with data,
-// the versions of windows that can still change and every session. The key
-// and value slices are valid only during the call. Restoring the entries
-// into a new Operator with the same Config continues exactly where this one
-// is: the same later results, byte for byte.
-func (o *Operator) Snapshot(put func(hash uint64, key, value []byte) error) error {
+// Snapshot writes the operator's whole state. Restoring it into a new
+// Operator with the same Config continues exactly where this one is. It
+// also clears the change marks, like SnapshotDirty.
+func (o *Operator) Snapshot(w SnapshotWriter) error { return o.snapshot(w, true) }
+
+// SnapshotDirty writes what changed since the last Snapshot or
+// SnapshotDirty: partials that were updated, slices that were dropped,
+// keys whose versions or sessions changed or that were forgotten. Applied
+// in order on top of the entries of earlier snapshots, it leaves exactly
+// the entries of a full Snapshot. Its cost is proportional to the change,
+// not to the state.
+func (o *Operator) SnapshotDirty(w SnapshotWriter) error { return o.snapshot(w, false) }
+
+func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 	var kb, vb []byte
 	vb = append(vb[:0], snapshotVersion, byte(o.kind))
 	vb = binary.AppendVarint(vb, o.wm)
 	vb = binary.AppendVarint(vb, o.firedThrough)
-	if err := put(0, []byte{'m'}, vb); err != nil {
+	if err := w.Put(0, []byte{'m'}, vb); err != nil {
 		return err
 	}
-	entry := func(tag byte, t int64, k *keyState) []byte {
-		kb = append(kb[:0], tag)
-		kb = binary.BigEndian.AppendUint64(kb, uint64(t)^1<<63) // order-preserving for negative times
-		return append(kb, k.key...)
+	for _, end := range o.dropped {
+		if !full {
+			if err := w.DeletePrefix(sliceKey(kb[:0], end, nil)); err != nil {
+				return err
+			}
+		}
 	}
+	o.dropped = o.dropped[:0]
+	for _, d := range o.deleted {
+		if !full {
+			if err := w.Delete(d.hash, d.key); err != nil {
+				return err
+			}
+		}
+	}
+	o.deleted = o.deleted[:0]
 	for _, sb := range o.slabs {
 		for c, ch := range sb.chunks {
 			if ch == nil || ch.n == 0 {
 				continue
 			}
-			for w, x := range ch.bits {
+			for wi := range ch.bits {
+				x := ch.dirty[wi]
+				if full {
+					x = ch.bits[wi]
+				}
+				ch.dirty[wi] = 0
 				for x != 0 {
-					i := w<<6 | bits.TrailingZeros64(x)
+					i := wi<<6 | bits.TrailingZeros64(x)
 					x &= x - 1
 					k := &o.keys[c<<chunkBits|i]
 					vb = o.aggs.AppendEncode(vb[:0], &ch.states[i])
-					if err := put(k.hash, entry('s', sb.end, k), vb); err != nil {
+					if err := w.Put(k.hash, sliceKey(kb[:0], sb.end, k.key), vb); err != nil {
 						return err
 					}
 				}
 			}
 		}
 	}
-	for i := range o.keys {
-		k := &o.keys[i]
+	write := func(idx int32) error {
+		k := &o.keys[idx]
+		k.changed = false
 		if !k.live {
-			continue
+			return nil
 		}
-		for _, f := range k.fired {
-			vb = binary.AppendUvarint(vb[:0], uint64(f.version))
-			if err := put(k.hash, entry('v', f.end, k), vb); err != nil {
-				return err
+		if o.kind == Session {
+			kb = append(append(kb[:0], 'x'), k.key...)
+			if len(k.sessions) == 0 {
+				k.stored = false
+				return w.Delete(k.hash, kb)
+			}
+			vb = binary.AppendUvarint(vb[:0], uint64(len(k.sessions)))
+			for _, s := range k.sessions {
+				vb = binary.AppendVarint(vb, s.start)
+				vb = binary.AppendVarint(vb, s.end)
+				vb = binary.AppendUvarint(vb, uint64(s.version))
+				d := byte(0)
+				if s.dirty {
+					d = 1
+				}
+				vb = append(vb, d)
+				o.enc = o.aggs.AppendEncode(o.enc[:0], s.st)
+				vb = binary.AppendUvarint(vb, uint64(len(o.enc)))
+				vb = append(vb, o.enc...)
+			}
+		} else {
+			kb = append(append(kb[:0], 'v'), k.key...)
+			if len(k.fired) == 0 {
+				k.stored = false
+				return w.Delete(k.hash, kb)
+			}
+			vb = binary.AppendUvarint(vb[:0], uint64(len(k.fired)))
+			for _, f := range k.fired {
+				vb = binary.AppendVarint(vb, f.end)
+				vb = binary.AppendUvarint(vb, uint64(f.version))
 			}
 		}
-		for _, s := range k.sessions {
-			vb = binary.AppendVarint(vb[:0], s.end)
-			vb = binary.AppendUvarint(vb, uint64(s.version))
-			d := byte(0)
-			if s.dirty {
-				d = 1
+		k.stored = true
+		return w.Put(k.hash, kb, vb)
+	}
+	if full {
+		for i := range o.keys {
+			if o.keys[i].live && (len(o.keys[i].fired) > 0 || len(o.keys[i].sessions) > 0) {
+				if err := write(int32(i)); err != nil {
+					return err
+				}
 			}
-			vb = append(vb, d)
-			vb = o.aggs.AppendEncode(vb, s.st)
-			if err := put(k.hash, entry('x', s.start, k), vb); err != nil {
-				return err
+		}
+		for i := range o.keys {
+			o.keys[i].changed = false
+		}
+	} else {
+		for _, idx := range o.changed {
+			if o.keys[idx].changed {
+				if err := write(idx); err != nil {
+					return err
+				}
 			}
 		}
 	}
+	o.changed = o.changed[:0]
 	return nil
 }
 
-// Restore loads one entry written by Snapshot into an Operator made with the
-// same Config that has seen no events. Call it for every entry, in any
-// order, then FinishRestore.
+func sliceKey(dst []byte, end int64, key []byte) []byte {
+	dst = append(dst, 's')
+	dst = binary.BigEndian.AppendUint64(dst, uint64(end)^1<<63) // order-preserving for negative times
+	return append(dst, key...)
+}
+
+// touch marks key idx's versions or sessions as changed.
+func (o *Operator) touch(idx int32) {
+	if k := &o.keys[idx]; !k.changed {
+		k.changed = true
+		o.changed = append(o.changed, idx)
+	}
+}
+
+// Restore loads one entry written by Snapshot (or the result of applying
+// SnapshotDirty operations in order) into an Operator made with the same
+// Config that has seen no events. Call it for every entry, in any order,
+// then FinishRestore.
 func (o *Operator) Restore(hash uint64, key, value []byte) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
@@ -113,11 +197,22 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 		o.wm, o.firedThrough = wm, ft
 		return nil
 	}
-	if len(key) < 9 {
-		return bad("key of %d bytes", len(key))
+	if len(key) == 0 {
+		return bad("empty key")
 	}
-	t := int64(binary.BigEndian.Uint64(key[1:9]) ^ 1<<63)
-	k := key[9:]
+	var k []byte
+	var t int64
+	switch key[0] {
+	case 's':
+		if len(key) < 9 {
+			return bad("slice key of %d bytes", len(key))
+		}
+		t, k = int64(binary.BigEndian.Uint64(key[1:9])^1<<63), key[9:]
+	case 'v', 'x':
+		k = key[1:]
+	default:
+		return bad("unknown entry kind %q", key[0])
+	}
 	idx := o.index.find(hash, k, o.keys)
 	if idx < 0 {
 		idx = o.newKey(k, hash)
@@ -131,69 +226,130 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 		if t == MinTime || o.sl.sliceEnd(t-1) != t {
 			return bad("%d is not a slice end", t)
 		}
-		st := o.slabState(o.slab(t), idx)
+		sb := o.slab(t)
+		st := o.slabState(sb, idx)
 		if err := o.aggs.Decode(st, value); err != nil {
 			return fmt.Errorf("%w: slice %d: %w", ErrCorrupt, t, err)
 		}
 		ks.lastSlice = max(ks.lastSlice, t)
 	case 'v':
-		if o.kind == Session || t == MinTime || o.sl.endAtOrAfter(t) != t {
-			return bad("%d is not a window end", t)
+		if o.kind == Session {
+			return bad("window versions in a session operator")
 		}
-		v, n := binary.Uvarint(value)
-		if n <= 0 || n != len(value) || v == 0 || v > 1<<32-1 {
-			return bad("version of window %d", t)
+		n, w := binary.Uvarint(value)
+		if w <= 0 || n > uint64(len(value)) {
+			return bad("versions count")
 		}
-		i := len(ks.fired)
-		for i > 0 && ks.fired[i-1].end > t {
-			i--
+		b := value[w:]
+		ks.fired = ks.fired[:0]
+		for range n {
+			end, a := binary.Varint(b)
+			if a <= 0 || end == MinTime || o.sl.endAtOrAfter(end) != end {
+				return bad("window end")
+			}
+			v, c := binary.Uvarint(b[a:])
+			if c <= 0 || v == 0 || v > 1<<32-1 || (len(ks.fired) > 0 && ks.fired[len(ks.fired)-1].end >= end) {
+				return bad("window version")
+			}
+			ks.fired = append(ks.fired, firedWindow{end: end, version: uint32(v)})
+			b = b[a+c:]
 		}
-		ks.fired = append(ks.fired, firedWindow{})
-		copy(ks.fired[i+1:], ks.fired[i:])
-		ks.fired[i] = firedWindow{end: t, version: uint32(v)}
+		if len(b) != 0 {
+			return bad("trailing bytes after versions")
+		}
+		ks.stored = true
 	case 'x':
 		if o.kind != Session {
 			return bad("session entry in an aligned operator")
 		}
-		end, n := binary.Varint(value)
-		if n <= 0 || end <= t {
-			return bad("session end")
+		n, w := binary.Uvarint(value)
+		if w <= 0 || n > uint64(len(value)) {
+			return bad("sessions count")
 		}
-		ver, m := binary.Uvarint(value[n:])
-		if m <= 0 || ver > 1<<32-1 || n+m >= len(value) || value[n+m] > 1 {
-			return bad("session version")
+		b := value[w:]
+		for _, s := range ks.sessions {
+			o.putState(s.st)
 		}
-		st := o.getState()
-		if err := o.aggs.Decode(st, value[n+m+1:]); err != nil {
-			o.putState(st)
-			return fmt.Errorf("%w: session %d: %w", ErrCorrupt, t, err)
+		ks.sessions = ks.sessions[:0]
+		for range n {
+			var s session
+			var a int
+			if s.start, a = binary.Varint(b); a <= 0 {
+				return bad("session start")
+			}
+			b = b[a:]
+			if s.end, a = binary.Varint(b); a <= 0 || s.end <= s.start ||
+				(len(ks.sessions) > 0 && ks.sessions[len(ks.sessions)-1].end > s.start) {
+				return bad("session end")
+			}
+			b = b[a:]
+			v, a := binary.Uvarint(b)
+			if a <= 0 || v > 1<<32-1 || a >= len(b) || b[a] > 1 {
+				return bad("session version")
+			}
+			s.version, s.dirty = uint32(v), b[a] == 1
+			b = b[a+1:]
+			l, a := binary.Uvarint(b)
+			if a <= 0 || uint64(len(b)-a) < l {
+				return bad("session state length")
+			}
+			s.st = o.getState()
+			if err := o.aggs.Decode(s.st, b[a:a+int(l)]); err != nil {
+				o.putState(s.st)
+				return fmt.Errorf("%w: session %d: %w", ErrCorrupt, s.start, err)
+			}
+			b = b[a+int(l):]
+			ks.sessions = append(ks.sessions, s)
 		}
-		s := session{start: t, end: end, st: st, version: uint32(ver), dirty: value[n+m] == 1}
-		i := len(ks.sessions)
-		for i > 0 && ks.sessions[i-1].start > t {
-			i--
+		if len(b) != 0 {
+			return bad("trailing bytes after sessions")
 		}
-		ks.sessions = append(ks.sessions, session{})
-		copy(ks.sessions[i+1:], ks.sessions[i:])
-		ks.sessions[i] = s
-	default:
-		return bad("unknown entry kind %q", key[0])
+		ks.stored = true
 	}
 	return nil
 }
 
 // FinishRestore makes the restored Operator ready: timers and plans are
-// rebuilt from the restored state.
+// rebuilt, and change marks cleared (the restored state is what the store
+// holds).
 func (o *Operator) FinishRestore() {
 	o.nextSweep = MinTime
-	if o.kind != Session {
-		o.planAligned()
-		return
-	}
-	for i := range o.keys {
-		if o.keys[i].live {
-			o.keys[i].due = unregistered
-			o.processSessions(int32(i))
+	for _, sb := range o.slabs {
+		for _, ch := range sb.chunks {
+			if ch != nil {
+				ch.dirty = [chunkSize / 64]uint64{}
+			}
 		}
 	}
+	for _, idx := range o.changed {
+		o.keys[idx].changed = false
+	}
+	o.changed = o.changed[:0]
+	o.dropped = o.dropped[:0]
+	o.deleted = o.deleted[:0]
+	// What follows may change state for real (sessions past lateness are
+	// dropped, idle keys forgotten): those changes stay marked.
+	if o.kind != Session {
+		o.planAligned()
+	} else {
+		for i := range o.keys {
+			if o.keys[i].live {
+				o.keys[i].due = unregistered
+				o.processSessions(int32(i))
+			}
+		}
+	}
+}
+
+// RecordKey returns the record key a snapshot entry belongs to (nil for
+// operator-wide entries), so that a store that keeps only keys and values
+// can recompute the hash Snapshot passed along.
+func RecordKey(entryKey []byte) []byte {
+	switch {
+	case len(entryKey) >= 9 && entryKey[0] == 's':
+		return entryKey[9:]
+	case len(entryKey) >= 1 && (entryKey[0] == 'v' || entryKey[0] == 'x'):
+		return entryKey[1:]
+	}
+	return nil
 }

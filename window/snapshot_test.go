@@ -83,14 +83,35 @@ func TestSnapshotRestoreContinues(t *testing.T) {
 		whole.op.Advance(window.MaxTime)
 
 		first := newDriver(t, cfg)
-		first.feed(events[:cut], 0)
-		var entries []entry
-		if err := first.op.Snapshot(func(h uint64, k, v []byte) error {
-			entries = append(entries, entry{h, slices.Clone(k), slices.Clone(v)})
-			return nil
-		}); err != nil {
+		// Feed up to the cut with incremental snapshots in between.
+		store0 := mapStore{}
+		for from := 0; from < cut; {
+			to := min(cut, from+rapid.IntRange(1, 60).Draw(t, "chunk"))
+			first.feed(events[from:to], from)
+			if err := first.op.SnapshotDirty(store0); err != nil {
+				t.Fatal(err)
+			}
+			from = to
+		}
+		// The first run takes incremental snapshots at random points into
+		// a store; at the cut the store must hold exactly what a full
+		// snapshot holds.
+		store := store0
+		if err := first.op.SnapshotDirty(store); err != nil {
 			t.Fatal(err)
 		}
+		full := mapStore{}
+		if err := first.op.Snapshot(full); err != nil {
+			t.Fatal(err)
+		}
+		if !store.equal(full) {
+			t.Fatalf("incremental snapshots add up to %d entries, a full snapshot has %d", len(store), len(full))
+		}
+		var entries []entry
+		for k, e := range store {
+			entries = append(entries, entry{e.hash, []byte(k), e.value})
+		}
+		slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(string(a.key), string(b.key)) })
 		for i := len(entries) - 1; i > 0; i-- {
 			j := rapid.IntRange(0, i).Draw(t, "shuffle")
 			entries[i], entries[j] = entries[j], entries[i]
@@ -154,4 +175,43 @@ func byKey(lines []string) map[string][]string {
 		m[k] = append(m[k], l)
 	}
 	return m
+}
+
+type stored struct {
+	hash  uint64
+	value []byte
+}
+
+// mapStore applies snapshot operations to a map, as a state store would.
+type mapStore map[string]stored
+
+func (m mapStore) Put(h uint64, k, v []byte) error {
+	m[string(k)] = stored{h, slices.Clone(v)}
+	return nil
+}
+
+func (m mapStore) Delete(_ uint64, k []byte) error {
+	delete(m, string(k))
+	return nil
+}
+
+func (m mapStore) DeletePrefix(p []byte) error {
+	for k := range m {
+		if strings.HasPrefix(k, string(p)) {
+			delete(m, k)
+		}
+	}
+	return nil
+}
+
+func (m mapStore) equal(o mapStore) bool {
+	if len(m) != len(o) {
+		return false
+	}
+	for k, v := range m {
+		if w, ok := o[k]; !ok || w.hash != v.hash || string(w.value) != string(v.value) {
+			return false
+		}
+	}
+	return true
 }
