@@ -1,10 +1,11 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
+	"time"
 
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/operators"
@@ -30,7 +31,7 @@ type ckptPart struct {
 	out   [][]byte // outbox entries, in emission order
 	late  [][]byte // late records, JSON
 	dead  [][]byte // dead letters, JSON
-	snap  []byte   // snapshot entries, eachEntry format
+	ops   *opLog   // state changes since the previous checkpoint
 }
 
 // stagingSink keeps outputs until the checkpoint that covers them: window
@@ -85,14 +86,69 @@ func (s *stagingSink) Barrier(b *operators.Barrier) error {
 	}
 	clear(s.staged[len(keep):])
 	s.staged = keep
-	err := b.Entries(func(h uint64, k, v []byte) error {
-		part.snap = appendEntry(part.snap, h, k, v)
-		return nil
-	})
-	if err != nil {
+	part.ops = &opLog{}
+	if err := b.Changes(part.ops); err != nil {
 		return err
 	}
 	s.parts <- part
+	return nil
+}
+
+// opLog records snapshot operations until the writer applies them to the
+// pipeline's state namespace.
+type opLog struct{ ops []stateOp }
+
+type stateOp struct {
+	op         byte // 'P', 'D', 'X'
+	hash       uint64
+	key, value []byte
+}
+
+func (l *opLog) Put(h uint64, k, v []byte) error {
+	l.ops = append(l.ops, stateOp{'P', h, bytes.Clone(k), bytes.Clone(v)})
+	return nil
+}
+
+func (l *opLog) Delete(h uint64, k []byte) error {
+	l.ops = append(l.ops, stateOp{'D', h, bytes.Clone(k), nil})
+	return nil
+}
+
+func (l *opLog) DeletePrefix(p []byte) error {
+	l.ops = append(l.ops, stateOp{'X', 0, bytes.Clone(p), nil})
+	return nil
+}
+
+// apply plays the operations onto ns, each key in the group its hash picks.
+func (l *opLog) apply(st *state.Store, ns *state.Namespace) error {
+	for _, o := range l.ops {
+		var err error
+		switch o.op {
+		case 'P':
+			err = ns.Put(st.GroupOf(o.hash), o.key, o.value)
+		case 'D':
+			err = ns.Delete(st.GroupOf(o.hash), o.key)
+		default:
+			for g := range st.KeyGroups() {
+				var doomed [][]byte
+				err = ns.ScanPrefix(g, o.key, func(k, _ []byte) error {
+					doomed = append(doomed, bytes.Clone(k))
+					return nil
+				})
+				for _, k := range doomed {
+					if err == nil {
+						err = ns.Delete(g, k)
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -146,34 +202,26 @@ func decodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 	return e, nil
 }
 
-func appendEntry(dst []byte, h uint64, k, v []byte) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, h)
-	dst = binary.AppendUvarint(dst, uint64(len(k)))
-	dst = append(dst, k...)
-	dst = binary.AppendUvarint(dst, uint64(len(v)))
-	return append(dst, v...)
-}
+// stateNamespace names the state namespace of a pipeline's runtime.
+func stateNamespace(pipeline string) string { return "pipeline/" + pipeline }
 
-func eachEntry(b []byte, fn func(uint64, []byte, []byte) error) error {
-	for len(b) > 0 {
-		if len(b) < 8 {
-			return errors.New("edge: snapshot: truncated entry")
-		}
-		h := binary.BigEndian.Uint64(b)
-		b = b[8:]
-		var kv [2][]byte
-		for i := range kv {
-			l, n := binary.Uvarint(b)
-			if n <= 0 || uint64(len(b)-n) < l {
-				return errors.New("edge: snapshot: bad entry length")
-			}
-			kv[i], b = b[n:n+int(l)], b[n+int(l):]
-		}
-		if err := fn(h, kv[0], kv[1]); err != nil {
+// restoreFrom loads a pipeline's state from its namespace, every key group.
+func restoreFrom(st *state.Store, pipeline string) func(fn func(uint64, []byte, []byte) error) error {
+	return func(fn func(uint64, []byte, []byte) error) error {
+		ns, err := st.Namespace(stateNamespace(pipeline))
+		if err != nil {
 			return err
 		}
+		for g := range st.KeyGroups() {
+			err := ns.Scan(g, func(k, v []byte) error {
+				return fn(0, k, v) // the runtime recomputes the hash
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // writer commits checkpoints as their parts arrive, in id order.
@@ -195,14 +243,31 @@ func (n *node) writer(ctx context.Context) error {
 }
 
 func (n *node) commit(id uint64, parts []ckptPart) error {
+	began := time.Now()
 	c := checkpoint{ID: id, NextSeq: n.last.NextSeq}
 	entries := 0
 	var sideN uint32
-	_, err := n.store.Commit(func(tx *state.Tx) error {
-		snaps, err := tx.Bucket(bucketSnapshot)
-		if err != nil {
-			return err
+	var changeBytes int64
+	// The state changes go into the pipelines' namespaces first; the
+	// commit then writes them with the outbox and the metadata in one
+	// transaction. Only the writer touches the store, so nothing of a later
+	// checkpoint can slip in.
+	for _, p := range parts {
+		if p.isPos {
+			continue
 		}
+		ns, err := n.store.Namespace(stateNamespace(p.pipe))
+		if err == nil {
+			err = p.ops.apply(n.store, ns)
+		}
+		for _, o := range p.ops.ops {
+			changeBytes += int64(len(o.key) + len(o.value))
+		}
+		if err != nil {
+			return fmt.Errorf("edge: checkpoint %d: pipeline %s state: %w", id, p.pipe, err)
+		}
+	}
+	_, err := n.store.Commit(func(tx *state.Tx) error {
 		outbox, err := tx.Bucket(bucketOutbox)
 		if err != nil {
 			return err
@@ -219,9 +284,6 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 			if p.isPos {
 				c.Pos = p.pos
 				continue
-			}
-			if err := snaps.Put([]byte(p.pipe), p.snap); err != nil {
-				return err
 			}
 			for _, e := range p.out {
 				if err := outbox.Put(binary.BigEndian.AppendUint64(nil, c.NextSeq), e); err != nil {
@@ -249,8 +311,14 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		return meta.Put([]byte("last"), c.encode())
 	})
 	if err != nil {
+		n.status.checkpointErr.Store(err.Error())
 		return fmt.Errorf("edge: checkpoint %d: %w", id, err)
 	}
+	n.status.checkpointErr.Store("")
+	n.status.checkpoints.Add(1)
+	n.status.checkpointNanos.Store(int64(time.Since(began)))
+	n.status.checkpointBytes.Store(changeBytes)
+	n.lastSeq.Store(c.NextSeq)
 	n.last = c
 	if err := n.log.DeleteBefore(c.Pos); err != nil {
 		n.lg.Warn("edge: delete ingest log segments", "before", c.Pos, "err", err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -33,6 +34,7 @@ type NodeConfig struct {
 	ReceiveMaximum uint16
 
 	CheckpointInterval time.Duration // default 1s
+	HTTPAddr           string        // /metrics and /healthz; "" = off
 	IngestLog          ingestlog.Options
 	Runtime            operators.Options
 	NoSync             bool // tests only: skip fsyncs of the state store
@@ -62,6 +64,9 @@ type node struct {
 	acks  ackQueue
 	last  checkpoint
 
+	status  status
+	lastSeq atomic.Uint64 // n.last.NextSeq, for metrics
+
 	parts chan ckptPart
 }
 
@@ -80,7 +85,6 @@ type checkpoint struct {
 
 const (
 	bucketCheckpoint = "checkpoint"
-	bucketSnapshot   = "snapshot"
 	bucketOutbox     = "outbox"
 	bucketLate       = "late"
 	bucketDead       = "deadletter"
@@ -143,7 +147,6 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	n.store = st
-	snaps := map[string][]byte{}
 	err = st.View(func(tx *state.Tx) error {
 		b, err := tx.Bucket(bucketCheckpoint)
 		if err != nil {
@@ -153,17 +156,8 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		if err != nil || v == nil {
 			return err
 		}
-		if n.last, err = decodeCheckpoint(v); err != nil {
-			return err
-		}
-		sb, err := tx.Bucket(bucketSnapshot)
-		if err != nil {
-			return err
-		}
-		return sb.ForEach(nil, func(k, v []byte) error {
-			snaps[string(k)] = append([]byte(nil), v...)
-			return nil
-		})
+		n.last, err = decodeCheckpoint(v)
+		return err
 	})
 	if err != nil {
 		st.Close()
@@ -189,8 +183,8 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	for _, p := range cfg.Pipelines {
 		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts}}
 		opts := cfg.Runtime
-		if snap := snaps[p.Name]; snap != nil {
-			opts.Restore = func(fn func(uint64, []byte, []byte) error) error { return eachEntry(snap, fn) }
+		if n.last.ID > 0 {
+			opts.Restore = restoreFrom(st, p.Name)
 		}
 		rt, err := operators.Start(context.WithoutCancel(ctx), p, ps.sink, opts)
 		if err != nil {
@@ -241,7 +235,27 @@ func (n *node) run(ctx context.Context) error {
 	g.Go(func() error { return n.writer(gctx) })
 	pumpDone := make(chan error, 1)
 	drain := make(chan struct{})
-	go func() { pumpDone <- n.pump(gctx, drain) }()
+	n.status.pumpAlive.Store(true)
+	go func() {
+		err := n.pump(gctx, drain)
+		n.status.pumpAlive.Store(false)
+		pumpDone <- err
+	}()
+	if cfg.HTTPAddr != "" {
+		stopHTTP, err := n.serveHTTP(ctx, cfg.HTTPAddr)
+		if err != nil {
+			close(drain)
+			<-pumpDone
+			stopWork()
+			g.Wait()
+			n.closeAll(ctx)
+			if brk != nil {
+				brk.Close(context.Background())
+			}
+			return err
+		}
+		defer stopHTTP()
+	}
 
 	src, err := mqtt.Start(ctx, mqtt.Config{
 		Brokers: []string{url}, ClientID: cfg.ClientID, Topics: subs, ReceiveMaximum: cfg.ReceiveMaximum, Logger: n.lg,
@@ -257,6 +271,7 @@ func (n *node) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("edge: mqtt source: %w", err)
 	}
+	n.status.src.Store(src)
 	if cfg.Started != nil {
 		cfg.Started(url)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -47,7 +48,7 @@ func (o *Options) ensureDefaults() {
 	}
 }
 
-// Stats counts what a Runtime did.
+// Stats counts what a Runtime did. Runtime.Stats reads them live.
 type Stats struct {
 	In       uint64 // payloads ingested
 	Dead     uint64 // payloads sent to the dead-letter output
@@ -93,6 +94,7 @@ type Runtime struct {
 	lastErr error
 	bars    barriers // output goroutine only
 	epoch   uint64   // last barrier injected
+	live    liveStats
 	dedup   *dedup   // nil without event_id
 }
 
@@ -126,6 +128,7 @@ func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) (*Runtime,
 		r.sentWM[i] = window.MinTime
 	}
 	r.bars.need = opts.Workers + 1
+	r.live.workers = make([]workerStats, opts.Workers)
 	if opts.Restore != nil {
 		if err := r.restore(opts.Restore); err != nil {
 			cancel()
@@ -271,6 +274,35 @@ func (r *Runtime) Close(endOfInput bool) (Stats, error) {
 	return r.stats, r.lastErr
 }
 
+// liveStats mirrors the counters for readers on other goroutines
+// (metrics): the ingesting goroutine and each worker publish theirs after
+// every batch.
+type liveStats struct {
+	in, dead, filtered, dupes atomic.Uint64
+	workers                   []workerStats
+}
+
+type workerStats struct{ late, results, updates atomic.Uint64 }
+
+// Stats returns the counters so far; safe to call from any goroutine.
+func (r *Runtime) Stats() Stats {
+	s := Stats{In: r.live.in.Load(), Dead: r.live.dead.Load(), Filtered: r.live.filtered.Load(), Dupes: r.live.dupes.Load()}
+	for i := range r.live.workers {
+		w := &r.live.workers[i]
+		s.Late += w.late.Load()
+		s.Results += w.results.Load()
+		s.Updates += w.updates.Load()
+	}
+	return s
+}
+
+func (r *Runtime) publishStats() {
+	r.live.in.Store(r.stats.In)
+	r.live.dead.Store(r.stats.Dead)
+	r.live.filtered.Store(r.stats.Filtered)
+	r.live.dupes.Store(r.stats.Dupes)
+}
+
 func (r *Runtime) failure(err error) error {
 	if cause := context.Cause(r.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
@@ -290,6 +322,7 @@ func (r *Runtime) getBatch(w int) (*batch, error) {
 }
 
 func (r *Runtime) send(w int, wm int64) error {
+	r.publishStats()
 	b := r.cur[w]
 	b.wm = wm
 	r.cur[w] = nil
@@ -420,6 +453,10 @@ func (w *worker) run(ctx context.Context) error {
 		if w.err == nil && w.ob != nil {
 			w.sendOut()
 		}
+		st, live := w.op.Stats(), &w.r.live.workers[w.idx]
+		live.late.Store(st.Late)
+		live.results.Store(st.Emitted)
+		live.updates.Store(st.Updates)
 		if b.barrier != 0 && w.err == nil {
 			w.barrier(b.barrier, w.idx == 0)
 		}

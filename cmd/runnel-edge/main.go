@@ -177,6 +177,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.BrokerURL, "broker-url", "", "MQTT broker (default: start the embedded broker)")
 	fs.StringVar(&cfg.EmbeddedAddr, "embedded-broker-addr", "127.0.0.1:1883", "where the embedded broker listens")
 	fs.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", time.Second, "time between checkpoints")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:9464", "serve /metrics and /healthz here (\"\" = off)")
 	verbose := fs.Bool("v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

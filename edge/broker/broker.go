@@ -18,6 +18,12 @@ import (
 // loopback only, the standard MQTT port.
 const DefaultAddr = "127.0.0.1:1883"
 
+// DefaultMaxInflight is Options.MaxInflight's default: the QoS 1/2 messages
+// held per client, as large as MQTT's packet IDs allow (mochi's own default
+// is 8192). An MQTT source subscribing to this broker should use a Receive
+// Maximum this large (see the package Caveats for why).
+const DefaultMaxInflight = 65535
+
 // ErrClosed is returned by Close when the broker was already closed.
 var ErrClosed = errors.New("broker: already closed")
 
@@ -28,7 +34,7 @@ type Options struct {
 	// "127.0.0.1:0" for a free port (tests), then ask Broker.Addr.
 	Addr string
 	// MaxInflight bounds the QoS 1/2 messages held per client (in flight
-	// plus queued). Default 8192 (mochi's default).
+	// plus queued). Default DefaultMaxInflight.
 	MaxInflight int
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -65,10 +71,11 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	caps := mochi.NewDefaultServerCapabilities()
-	if opts.MaxInflight > 0 {
-		caps.MaximumInflight = uint16(opts.MaxInflight)
+	if opts.MaxInflight == 0 {
+		opts.MaxInflight = DefaultMaxInflight
 	}
+	caps := mochi.NewDefaultServerCapabilities()
+	caps.MaximumInflight = uint16(opts.MaxInflight)
 	srv := mochi.New(&mochi.Options{
 		Capabilities: caps,
 		Logger:       opts.Logger.With("component", "broker"),

@@ -113,8 +113,8 @@ func (c *Config) Validate() error {
 	}
 	seen := make(map[string]int, len(c.Topics))
 	for i, t := range c.Topics {
-		if err := ValidateFilter(t.Filter); err != nil {
-			bad("topics[%d]: %v", i, errors.Unwrap(err))
+		if problem := checkFilter(t.Filter); problem != "" {
+			bad("topics[%d]: %s", i, problem)
 		}
 		if t.QoS > 2 {
 			bad("topics[%d] %q: qos %d, want 0, 1 or 2", i, t.Filter, t.QoS)

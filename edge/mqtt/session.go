@@ -24,7 +24,7 @@ import (
 // earlier message of the same connection is acknowledged.
 //
 // Why not paho's EnableManualAcknowledgment: it flushes acks from a
-// 50 ms ticker (so a broker stalled on Receive Maximum waits for it: 64
+// 50 ms ticker (so a broker that honours Receive Maximum waits for it: 64
 // messages per 50 ms is 1280 msg/s), it drops acks not yet flushed when
 // the client disconnects (paho.golang issue #327), and it cannot tell an
 // ack of a message from a dead connection from one of a live connection
@@ -36,6 +36,7 @@ import (
 // Lock order: acker.mu, then paho's session state lock (inside inner).
 type acker struct {
 	inner *state.State
+	limit int // the Receive Maximum we asked the broker to respect
 
 	mu     sync.Mutex
 	gen    uint64 // connection generation: incremented by each CONNACK
@@ -43,8 +44,9 @@ type acker struct {
 	base   uint64 // sequence number of window[0]
 	window []pendingAck
 
-	sent  atomic.Uint64 // acknowledgements written to a connection
-	stale atomic.Uint64 // acks dropped: their connection was gone
+	sent     atomic.Uint64 // acknowledgements written to a connection
+	stale    atomic.Uint64 // acks dropped: their connection was gone
+	overflow atomic.Uint64 // messages received beyond Receive Maximum
 }
 
 // pendingAck is one QoS 1/2 message of the current connection that has not
@@ -57,15 +59,23 @@ type pendingAck struct {
 
 var _ session.SessionManager = (*acker)(nil)
 
-func newAcker() *acker { return &acker{inner: state.NewInMemory()} }
+func newAcker(receiveMaximum uint16) *acker {
+	return &acker{inner: state.NewInMemory(), limit: int(receiveMaximum)}
+}
 
 // track records a received QoS 1/2 message and returns the generation and
-// sequence number its ack will name.
-func (a *acker) track(id uint16, qos byte) (gen, seq uint64) {
+// sequence number its ack will name. over reports that the broker has
+// now sent more unacknowledged messages than Receive Maximum allows, which
+// a compliant broker never does (Mosquitto 2.0.11 does; see doc.go).
+func (a *acker) track(id uint16, qos byte) (gen, seq uint64, over bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.window = append(a.window, pendingAck{id: id, qos: qos})
-	return a.gen, a.base + uint64(len(a.window)) - 1
+	if len(a.window) > a.limit {
+		a.overflow.Add(1)
+		over = true
+	}
+	return a.gen, a.base + uint64(len(a.window)) - 1, over
 }
 
 // ack acknowledges message seq of connection gen: it sends that ack and any

@@ -36,7 +36,9 @@ type Message struct {
 // earlier message is acknowledged, so ack in arrival order to avoid the
 // wait. An ack after the connection the message came on has dropped is a
 // no-op (the broker redelivers the message); so is a second ack, and any
-// ack of a QoS 0 message.
+// ack of a QoS 0 message. Every QoS 1/2 message must be acked in the end,
+// including one the pipeline rejects (a dead letter): an unacked message
+// holds back the acks of all later ones, and with them the broker.
 //
 // The handler may block, which is how back-pressure reaches the broker:
 // once ReceiveMaximum messages are unacknowledged the broker stops
@@ -55,6 +57,9 @@ type Stats struct {
 	Reconnects      uint64 // connections lost (each followed by reconnecting)
 	ConnectFailures uint64 // connection attempts that failed
 	SubscribeErrors uint64 // filters the broker refused, or SUBSCRIBEs that failed
+	// OverReceiveMaximum counts messages that arrived while ReceiveMaximum
+	// were already unacknowledged: the broker does not honour the bound.
+	OverReceiveMaximum uint64
 }
 
 // Source receives messages from an MQTT broker over one MQTT v5
@@ -84,6 +89,8 @@ type Source struct {
 	connected bool
 	changed   chan struct{} // closed and replaced when connected changes
 	clientID  string        // the broker-assigned ID once known, when cfg.ClientID is empty
+
+	warnedOverflow atomic.Uint64 // the connection generation last warned about
 
 	received, redelivered, acked                 atomic.Uint64
 	connects, reconnects, connectFails, subFails atomic.Uint64
@@ -123,7 +130,7 @@ func start(ctx context.Context, cfg Config, h Handler, hooks testHooks) (*Source
 		log:      cfg.Logger.With("component", "mqtt", "client_id", cfg.ClientID),
 		h:        h,
 		back:     backoff{min: cfg.ConnectRetryMin, max: cfg.ConnectRetryMax, rand: rand.Float64},
-		acks:     newAcker(),
+		acks:     newAcker(cfg.ReceiveMaximum),
 		inbox:    make(chan delivery, int(cfg.ReceiveMaximum)),
 		stop:     make(chan struct{}),
 		ran:      make(chan struct{}),
@@ -195,6 +202,8 @@ func (s *Source) Stats() Stats {
 		Reconnects:      s.reconnects.Load(),
 		ConnectFailures: s.connectFails.Load(),
 		SubscribeErrors: s.subFails.Load(),
+
+		OverReceiveMaximum: s.acks.overflow.Load(),
 	}
 }
 
@@ -274,7 +283,12 @@ func (s *Source) onPublish(pr paho.PublishReceived) (bool, error) {
 		PacketID:  p.PacketID,
 	}}
 	if p.QoS > 0 {
-		d.gen, d.seq = s.acks.track(p.PacketID, p.QoS)
+		var over bool
+		d.gen, d.seq, over = s.acks.track(p.PacketID, p.QoS)
+		if over && s.warnedOverflow.Swap(d.gen) != d.gen {
+			s.log.Warn("mqtt: broker exceeds our Receive Maximum; back-pressure is not bounded by this broker (Mosquitto before 2.0.13 does this)",
+				"receive_maximum", s.cfg.ReceiveMaximum)
+		}
 	}
 	select {
 	case s.inbox <- d:
@@ -330,7 +344,9 @@ func (s *Source) run(ctx context.Context) {
 		}
 		first = false
 		if err := s.subscribe(ctx, cli); err != nil {
-			s.log.Error("mqtt: subscribe failed; reconnecting", "error", err)
+			if ctx.Err() == nil {
+				s.log.Error("mqtt: subscribe failed; reconnecting", "error", err)
+			}
 			_ = cli.Disconnect(&paho.Disconnect{ReasonCode: 0x80}) // unspecified error
 		} else {
 			s.setConnected(true)
@@ -381,11 +397,17 @@ func (s *Source) connectTo(ctx context.Context, u *url.URL, first bool) (*paho.C
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u.Redacted(), err)
 	}
+	if _, ok := conn.(*net.TCPConn); !ok {
+		// paho writes a packet as net.Buffers: one writev on a
+		// *net.TCPConn, which is atomic (the fd's write lock is held for
+		// it), but several Write calls on anything else (tls.Conn), which
+		// concurrent writers (acks, pings, subscribes) would interleave.
+		// The lock costs a syscall per buffer, so TCP goes without it.
+		conn = packets.NewThreadSafeConn(conn)
+	}
 	cli := paho.NewClient(paho.ClientConfig{
-		ClientID: s.currentClientID(),
-		// paho writes a packet in several Write calls; the lock keeps
-		// concurrent writers (acks, pings, subscribes) from interleaving.
-		Conn:              packets.NewThreadSafeConn(conn),
+		ClientID:          s.currentClientID(),
+		Conn:              conn,
 		Session:           s.acks,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){s.onPublish},
 		PacketTimeout:     s.cfg.ConnectTimeout,

@@ -60,17 +60,25 @@ func Match(filter, topic string) bool {
 // last level; '+' only as a whole level; a shared subscription
 // ($share/group/filter) needs a group without wildcards and a valid filter.
 func ValidateFilter(filter string) error {
+	if problem := checkFilter(filter); problem != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidTopic, problem)
+	}
+	return nil
+}
+
+// checkFilter returns what is wrong with filter, naming it, or "".
+func checkFilter(filter string) string {
 	if err := validateString(filter); err != nil {
-		return fmt.Errorf("%w: filter %q: %v", ErrInvalidTopic, filter, err)
+		return fmt.Sprintf("filter %q: %v", filter, err)
 	}
 	f := filter
 	if rest, ok := strings.CutPrefix(filter, sharePrefix); ok {
 		group, inner, found := strings.Cut(rest, "/")
 		switch {
 		case !found || inner == "":
-			return fmt.Errorf("%w: shared filter %q: want $share/{group}/{filter}", ErrInvalidTopic, filter)
+			return fmt.Sprintf("shared filter %q: want $share/{group}/{filter}", filter)
 		case group == "" || strings.ContainsAny(group, "+#"):
-			return fmt.Errorf("%w: shared filter %q: group %q must be non-empty without wildcards", ErrInvalidTopic, filter, group)
+			return fmt.Sprintf("shared filter %q: group %q must be non-empty without wildcards", filter, group)
 		}
 		f = inner
 	}
@@ -78,16 +86,15 @@ func ValidateFilter(filter string) error {
 		level, rest, more := strings.Cut(f, "/")
 		switch {
 		case strings.Contains(level, "#") && (level != "#" || more):
-			return fmt.Errorf("%w: filter %q: '#' must be the whole last level (level %d is %q)", ErrInvalidTopic, filter, i, level)
+			return fmt.Sprintf("filter %q: '#' must be the whole last level (level %d is %q)", filter, i, level)
 		case strings.Contains(level, "+") && level != "+":
-			return fmt.Errorf("%w: filter %q: '+' must be a whole level (level %d is %q)", ErrInvalidTopic, filter, i, level)
+			return fmt.Sprintf("filter %q: '+' must be a whole level (level %d is %q)", filter, i, level)
 		}
 		if !more {
-			break
+			return ""
 		}
 		f = rest
 	}
-	return nil
 }
 
 // ValidateTopic reports what is wrong with a topic name (as published), or

@@ -1,0 +1,248 @@
+package config
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/runnel-io/runnel/operators/spec"
+)
+
+// ErrInvalid is matched (errors.Is) by every error Load and Validate return
+// for a config that is wrong: a bad value, an unknown field, flag or
+// variable, an unreadable file it names, or a config file that is missing
+// or is not YAML. The error is an *Error listing every problem.
+var ErrInvalid = errors.New("config: invalid edge configuration")
+
+// Config is the edge node's configuration, as Load returns it: merged from
+// the config file, environment variables and flags, with every default
+// applied and every relative path in the file resolved against the file's
+// directory. The YAML name of each field is in settings.go, and
+// docs/edge-config.md (generated from it) is the user's reference.
+//
+// Unlike Options structs elsewhere in runnel, a zero field is not a
+// default: an empty Broker.URL means the embedded broker and a zero
+// DiskCap.Bytes means no cap. Build a Config in code from Default().
+type Config struct {
+	EdgeID          string   // names this gateway to the hub; [A-Za-z0-9._-]{1,64}
+	DataDir         string   // state, checkpoints, ingest log and outbox live here
+	Pipelines       []string // pipeline spec files or globs; empty: the built-in demo pipeline
+	Broker          Broker
+	Checkpoint      Checkpoint
+	IngestLog       IngestLog
+	DiskCap         DiskCap
+	Dedup           Dedup
+	HTTP            HTTP
+	Log             Log
+	ShutdownTimeout time.Duration
+}
+
+// Broker says which MQTT broker the edge reads from.
+type Broker struct {
+	// URL of an external broker: mqtt://host:port or tcp://host:port
+	// (plain), mqtts://host:port (TLS). Empty: start the embedded broker
+	// on EmbeddedAddr and read from it.
+	URL          string
+	EmbeddedAddr string
+	ClientID     string // default "runnel-" + EdgeID
+	Username     string
+	// Password holds the password however it was given: after Load, the
+	// contents of PasswordFile (without its final line break) when that
+	// was set. Never log it.
+	Password     string
+	PasswordFile string
+	TLS          TLS
+	// ReceiveMaximum is how many QoS 1 messages the broker may have in
+	// flight to the edge: the end of the back-pressure path.
+	ReceiveMaximum int
+	SessionExpiry  time.Duration // whole seconds
+	KeepAlive      time.Duration // whole seconds
+	Reconnect      Reconnect
+}
+
+// TLS configures mqtts:// connections. Files are PEM.
+type TLS struct {
+	CAFile             string // roots to verify the broker with; empty: the system roots
+	CertFile, KeyFile  string // client certificate and its key; both or neither
+	InsecureSkipVerify bool   // do not verify the broker's certificate (tests only)
+	ServerName         string // name to verify, when it differs from the URL's host
+}
+
+// IsSet reports whether any TLS setting differs from its zero value.
+func (t TLS) IsSet() bool { return t != TLS{} }
+
+// Reconnect bounds the jittered exponential back-off between connection
+// attempts to the broker.
+type Reconnect struct{ Min, Max time.Duration }
+
+// Checkpoint configures the checkpoint coordinator.
+type Checkpoint struct {
+	// Interval between checkpoints. It bounds the work replayed after a
+	// crash and how long results wait in operator state before they reach
+	// the outbox.
+	Interval time.Duration
+}
+
+// IngestLog configures the log every MQTT message is appended to before it
+// is acknowledged.
+type IngestLog struct {
+	SegmentSize int64    // bytes; the log starts a new file past this size
+	Sync        SyncMode // when to fsync
+	SyncDelay   time.Duration
+	Compression Compression
+}
+
+// DiskCap bounds the disk the ingest log and the outbox may use together.
+type DiskCap struct {
+	Bytes  int64 // 0: no cap
+	Policy DiskPolicy
+}
+
+// Dedup configures the dropping of MQTT redeliveries by event id.
+type Dedup struct {
+	Window time.Duration // how long an event id is remembered
+}
+
+// HTTP configures the metrics and health endpoint.
+type HTTP struct {
+	Addr string // host:port for /metrics and /healthz; empty: off
+}
+
+// Log configures the structured log.
+type Log struct {
+	Level  LogLevel
+	Format LogFormat
+}
+
+// SyncMode is when the ingest log fsyncs.
+type SyncMode string
+
+const (
+	// SyncGroup fsyncs once per batch of messages, or after SyncDelay,
+	// whichever comes first: durable before PUBACK at a fraction of the
+	// fsyncs.
+	SyncGroup SyncMode = "group"
+	// SyncAlways fsyncs as soon as anything is buffered.
+	SyncAlways SyncMode = "always"
+	// SyncNever never fsyncs: a power cut loses acknowledged messages.
+	// For tests and benchmarks.
+	SyncNever SyncMode = "never"
+)
+
+// Compression is how ingest log blocks are compressed.
+type Compression string
+
+const (
+	CompressionNone Compression = "none"
+	CompressionZstd Compression = "zstd"
+)
+
+// DiskPolicy is what the edge does when DiskCap.Bytes is reached.
+type DiskPolicy string
+
+const (
+	// PolicyBlock stops acknowledging MQTT messages until space is freed
+	// (by a checkpoint, or the uplink draining the outbox): the broker
+	// holds the data meanwhile.
+	PolicyBlock DiskPolicy = "block"
+	// PolicyDropRaw deletes the oldest raw ingest log data first, even
+	// if no checkpoint covers it yet. Aggregates in the outbox are never
+	// dropped.
+	PolicyDropRaw DiskPolicy = "drop_raw"
+)
+
+// LogLevel is the least severe level logged.
+type LogLevel string
+
+const (
+	LevelDebug LogLevel = "debug"
+	LevelInfo  LogLevel = "info"
+	LevelWarn  LogLevel = "warn"
+	LevelError LogLevel = "error"
+)
+
+// Slog converts l to a slog.Level; an unknown level is slog.LevelInfo.
+func (l LogLevel) Slog() slog.Level {
+	switch l {
+	case LevelDebug:
+		return slog.LevelDebug
+	case LevelWarn:
+		return slog.LevelWarn
+	case LevelError:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// LogFormat is how log records are written.
+type LogFormat string
+
+const (
+	FormatText LogFormat = "text" // slog.TextHandler: key=value, for people
+	FormatJSON LogFormat = "json" // slog.JSONHandler: for log shippers
+)
+
+// Default returns the configuration an empty config file gives: every
+// setting at its default, EdgeID the hostname and Broker.ClientID
+// "runnel-" + EdgeID. If the hostname cannot be read EdgeID is empty, and
+// Validate says so.
+func Default() *Config {
+	c := defaults()
+	host, _ := os.Hostname()
+	c.fillDerived(host)
+	return c
+}
+
+// fillDerived fills the settings whose defaults depend on others.
+func (c *Config) fillDerived(hostname string) {
+	if c.EdgeID == "" {
+		c.EdgeID = hostname
+	}
+	if c.Broker.ClientID == "" && c.EdgeID != "" {
+		c.Broker.ClientID = "runnel-" + c.EdgeID
+	}
+}
+
+// Validate reports every problem with c at once, as an *Error matching
+// ErrInvalid: each setting on its own (ranges, enums, syntax), then the
+// rules across settings. It reads the files c names (TLS files, the
+// password file, plain pipeline paths) to check that they exist and are
+// readable, so a Config that validates fails at start for no reason in the
+// config. Problems name the setting by its YAML path; use Load to have
+// them name the file line, variable or flag instead.
+func (c *Config) Validate() error {
+	v := validator{c: c, probs: &problems{}, bad: map[string]bool{}}
+	for _, st := range settings {
+		if err := st.val.check(c); err != nil {
+			v.add(st.path, "%v", err)
+			v.bad[st.path] = true
+		}
+	}
+	v.crossChecks()
+	return v.probs.err()
+}
+
+// Error is a refused configuration: every problem found, one per line.
+type Error struct {
+	// Problems in the order a user fixes them: the config file's by
+	// position, then environment variables, then flags, then the problems
+	// that belong to no source (a Config built in code, a bad hostname).
+	Problems spec.Problems
+}
+
+// Error lists the problems one per line, in order.
+func (e *Error) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// Unwrap makes an *Error match ErrInvalid.
+func (e *Error) Unwrap() error { return ErrInvalid }

@@ -1,0 +1,740 @@
+package config
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runnel-io/runnel/operators/spec"
+)
+
+// wantDefaults is the whole Config an empty config gives, written out by
+// hand rather than derived from the table, so that a changed default is a
+// deliberate edit here too.
+func wantDefaults(host string) *Config {
+	return &Config{
+		EdgeID:  host,
+		DataDir: "./runnel-data",
+		Broker: Broker{
+			EmbeddedAddr:   "127.0.0.1:1883",
+			ClientID:       "runnel-" + host,
+			ReceiveMaximum: 64,
+			SessionExpiry:  24 * time.Hour,
+			KeepAlive:      30 * time.Second,
+			Reconnect:      Reconnect{Min: 250 * time.Millisecond, Max: 30 * time.Second},
+		},
+		Checkpoint:      Checkpoint{Interval: time.Second},
+		IngestLog:       IngestLog{SegmentSize: 64 << 20, Sync: SyncGroup, SyncDelay: 2 * time.Millisecond, Compression: CompressionNone},
+		DiskCap:         DiskCap{Bytes: 1 << 30, Policy: PolicyBlock},
+		Dedup:           Dedup{Window: 10 * time.Minute},
+		HTTP:            HTTP{Addr: "127.0.0.1:9464"},
+		Log:             Log{Level: LevelInfo, Format: FormatText},
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+func TestEmptyConfig(t *testing.T) {
+	want := wantDefaults("gw-test")
+	for _, tc := range []struct {
+		name, file, data string
+		environ          []string
+	}{
+		{name: "no file"},
+		{name: "empty file", file: "edge.yaml"},
+		{name: "comments only", file: "edge.yaml", data: "# nothing set\n\n# yet\n"},
+		{name: "null document", file: "edge.yaml", data: "~\n"},
+		{name: "empty sections", file: "edge.yaml", data: "broker:\ncheckpoint: {}\nlog:\n"},
+		{name: "null values", file: "edge.yaml", data: "edge_id:\nbroker: {url: ~, tls: {ca_file: }}\n"},
+		{name: "other variables", environ: []string{"HOME=/root", "RUNNELX=1", "RUNNEL_HUB_TOKEN=x", "=weird", "NOEQUALS"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := loadData(tc.file, tc.data, nil, tc.environ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("Validate of the defaults: %v", err)
+			}
+		})
+	}
+}
+
+// TestLoadRealHostname runs the exported Load on nothing: what
+// `runnel-edge` with no config does on this machine.
+func TestLoadRealHostname(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil || checkEdgeID(host) != nil {
+		t.Skipf("hostname %q (%v) is not a valid edge id here", host, err)
+	}
+	got, err := Load("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := wantDefaults(host); !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+	if d := Default(); !reflect.DeepEqual(d, got) {
+		t.Errorf("Default() = %+v\nLoad = %+v", d, got)
+	}
+}
+
+// TestPrecedence sets settings of every type in any combination of the
+// three sources and checks that the highest one wins: flag > env > file >
+// default.
+func TestPrecedence(t *testing.T) {
+	type vals struct{ file, env, flag string }
+	for _, tc := range []struct {
+		path string
+		in   vals
+		get  func(*Config) any
+		want vals // the Go value each source gives, formatted with %v
+	}{
+		{"edge_id", vals{"gw-file", "gw-env", "gw-flag"}, func(c *Config) any { return c.EdgeID }, vals{"gw-file", "gw-env", "gw-flag"}},
+		{"broker.client_id", vals{"c-file", "c-env", "c-flag"}, func(c *Config) any { return c.Broker.ClientID }, vals{"c-file", "c-env", "c-flag"}},
+		{"data_dir", vals{"/f", "/e", "/g"}, func(c *Config) any { return c.DataDir }, vals{"/f", "/e", "/g"}},
+		{"pipelines", vals{"[/f/*.yaml, /f2/*.yaml]", "/e/*.yaml,/e2/*.yaml", "/g/*.yaml"}, func(c *Config) any { return c.Pipelines },
+			vals{"[/f/*.yaml /f2/*.yaml]", "[/e/*.yaml /e2/*.yaml]", "[/g/*.yaml]"}},
+		{"checkpoint.interval", vals{"5s", "1m30s", "1d"}, func(c *Config) any { return c.Checkpoint.Interval }, vals{"5s", "1m30s", "24h0m0s"}},
+		{"ingest_log.segment_size", vals{"1MiB", "2MB", "4096"}, func(c *Config) any { return c.IngestLog.SegmentSize }, vals{"1048576", "2000000", "4096"}},
+		{"broker.receive_maximum", vals{"1", "100", "65535"}, func(c *Config) any { return c.Broker.ReceiveMaximum }, vals{"1", "100", "65535"}},
+		{"broker.tls.insecure_skip_verify", vals{"true", "false", "true"}, func(c *Config) any { return c.Broker.TLS.InsecureSkipVerify }, vals{"true", "false", "true"}},
+		{"log.level", vals{"debug", "warn", "error"}, func(c *Config) any { return c.Log.Level }, vals{"debug", "warn", "error"}},
+		{"disk_cap.policy", vals{"drop_raw", "block", "drop_raw"}, func(c *Config) any { return c.DiskCap.Policy }, vals{"drop_raw", "block", "drop_raw"}},
+		// An empty variable is set: it turns the HTTP server off over the file.
+		{"http.addr", vals{"0.0.0.0:9000", "", ":9100"}, func(c *Config) any { return c.HTTP.Addr }, vals{"0.0.0.0:9000", "", ":9100"}},
+		{"broker.url", vals{"mqtt://f:1883", "tcp://e:1883", ""}, func(c *Config) any { return c.Broker.URL }, vals{"mqtt://f:1883", "tcp://e:1883", ""}},
+	} {
+		st := byPath[tc.path]
+		// TLS settings need an mqtts:// broker; give it in every run.
+		base := []string{}
+		if strings.HasPrefix(tc.path, "broker.tls.") {
+			base = []string{"--broker-url=mqtts://broker:8883"}
+		}
+		def, err := loadData("", "", base, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for mask := range 8 {
+			file, env, flg := mask&1 != 0, mask&2 != 0, mask&4 != 0
+			name := fmt.Sprintf("%s/file=%v,env=%v,flag=%v", tc.path, file, env, flg)
+			t.Run(name, func(t *testing.T) {
+				var data, path string
+				var environ []string
+				args := slices.Clone(base)
+				want := fmt.Sprint(tc.get(def))
+				if file {
+					path, data = "edge.yaml", nested(tc.path, tc.in.file)+"\n"
+					want = tc.want.file
+				}
+				if env {
+					environ = append(environ, st.env+"="+tc.in.env)
+					want = tc.want.env
+				}
+				if flg {
+					for _, v := range strings.Split(tc.in.flag, ",") {
+						args = append(args, "--"+st.flag+"="+v) // = for bool flags
+					}
+					want = tc.want.flag
+				}
+				c, err := loadData(path, data, args, environ)
+				if err != nil {
+					t.Fatalf("file %q env %q args %q: %v", data, environ, args, err)
+				}
+				if got := fmt.Sprint(tc.get(c)); got != want {
+					t.Errorf("got %s, want %s", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestClientIDFollowsEdgeID: the derived default uses the merged edge id,
+// whichever source gave it.
+func TestClientIDFollowsEdgeID(t *testing.T) {
+	c, err := loadData("edge.yaml", "edge_id: from-file\n", []string{"--edge-id", "from-flag"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EdgeID != "from-flag" || c.Broker.ClientID != "runnel-from-flag" {
+		t.Errorf("edge id %q, client id %q", c.EdgeID, c.Broker.ClientID)
+	}
+}
+
+func TestConfigFileSource(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := write("a.yaml", "edge_id: from-a\n")
+	b := write("b.yaml", "edge_id: from-b\n")
+	c := write("c.yaml", "edge_id: from-c\n")
+	missing := filepath.Join(dir, "missing.yaml")
+	for _, tc := range []struct {
+		name    string
+		path    string
+		args    []string
+		environ []string
+		want    string // edge id, or the error
+	}{
+		{"path", a, nil, nil, "from-a"},
+		{"env over path", a, nil, []string{"RUNNEL_CONFIG=" + b}, "from-b"},
+		{"flag over env", a, []string{"--config", c}, []string{"RUNNEL_CONFIG=" + b}, "from-c"},
+		{"flag alone", "", []string{"-config=" + c}, nil, "from-c"},
+		{"empty flag: no file", a, []string{"--config="}, []string{"RUNNEL_CONFIG=" + b}, "gw-test"},
+		{"missing path", missing, nil, nil, missing + ": cannot read the config file: no such file or directory"},
+		{"missing from env", "", nil, []string{"RUNNEL_CONFIG=" + missing}, "env RUNNEL_CONFIG: cannot read the config file " + missing + ": no such file or directory"},
+		{"missing from flag", "", []string{"--config", missing}, nil, "flag --config: cannot read the config file " + missing + ": no such file or directory"},
+		{"directory", dir, nil, nil, dir + ": cannot read the config file: is a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := load(tc.path, tc.args, tc.environ, func() (string, error) { return "gw-test", nil }, readConfigFile)
+			got := ""
+			if err != nil {
+				got = err.Error()
+				if !errors.Is(err, ErrInvalid) {
+					t.Errorf("error does not match ErrInvalid: %v", err)
+				}
+			} else {
+				got = cfg.EdgeID
+			}
+			if got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+	big := write("big.yaml", "# "+strings.Repeat("x", MaxFileSize)+"\n")
+	if _, err := Load(big, nil, nil); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("a file over MaxFileSize: %v", err)
+	}
+}
+
+// TestRelativePaths: paths from the file are relative to its directory,
+// the others to the working directory.
+func TestRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "pipelines"), 0o755)
+	os.WriteFile(filepath.Join(dir, "one.yaml"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "password"), []byte("s3cret\n"), 0o600)
+	file := filepath.Join(dir, "edge.yaml")
+	os.WriteFile(file, []byte(`data_dir: ./data
+pipelines: [one.yaml, "pipelines/*.yaml", /abs/*.yaml]
+broker: {password_file: password}
+`), 0o644)
+	c, err := Load(file, []string{"--broker-tls-ca-file=rel.pem", "--broker-url=mqtts://b:8883"}, []string{"RUNNEL_BROKER_TLS_CA_FILE=ignored.pem"})
+	if err == nil {
+		t.Fatalf("rel.pem does not exist in the working directory, yet Load succeeded: %+v", c)
+	}
+	if want := "flag --broker-tls-ca-file: cannot read rel.pem: no such file or directory"; err.Error() != want {
+		t.Errorf("got  %v\nwant %s", err, want)
+	}
+	c, err = Load(file, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "data"); c.DataDir != want {
+		t.Errorf("data_dir %q, want %q", c.DataDir, want)
+	}
+	if want := []string{filepath.Join(dir, "one.yaml"), filepath.Join(dir, "pipelines/*.yaml"), "/abs/*.yaml"}; !slices.Equal(c.Pipelines, want) {
+		t.Errorf("pipelines %q, want %q", c.Pipelines, want)
+	}
+	if c.Broker.PasswordFile != filepath.Join(dir, "password") || c.Broker.Password != "s3cret" {
+		t.Errorf("password file %q, password %q", c.Broker.PasswordFile, c.Broker.Password)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate of a loaded config: %v", err)
+	}
+}
+
+func TestPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(pw, []byte("hunter2\r\n"), 0o600)
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		environ []string
+		want    string // password, or the error
+	}{
+		{"file", []string{"--broker-password-file", pw}, nil, "hunter2"},
+		{"env", nil, []string{"RUNNEL_BROKER_PASSWORD=x y"}, "x y"},
+		{"both", []string{"--broker-password-file", pw}, []string{"RUNNEL_BROKER_PASSWORD=secret"},
+			"flag --broker-password-file: broker.password is also set (from env RUNNEL_BROKER_PASSWORD); give the password one way only"},
+		{"empty", []string{"--broker-password-file", empty}, nil, "flag --broker-password-file: " + empty + " is empty"},
+		{"directory", []string{"--broker-password-file", dir}, nil, "flag --broker-password-file: cannot read " + dir + ": is a directory"},
+		{"device", []string{"--broker-password-file", "/dev/zero"}, nil, "flag --broker-password-file: cannot read /dev/zero: not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := loadData("", "", tc.args, tc.environ)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			} else {
+				got = c.Broker.Password
+			}
+			if got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+			if strings.Contains(got, "secret") && err != nil {
+				t.Errorf("the password is in the message: %v", err)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help", "-help"} {
+		if _, err := Load("", []string{"--edge-id=x", arg, "--bogus"}, nil); !errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%s: got %v, want flag.ErrHelp", arg, err)
+		}
+	}
+}
+
+func TestHostname(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		err  error
+		want string
+	}{
+		{host: "raspberrypi", want: ""},
+		{host: "gw_1.plant-a", want: ""},
+		{host: "my host", want: `edge_id: not set, and the hostname cannot be used: "my host" contains ' '; use letters, digits, '.', '_' and '-'; set edge_id`},
+		{host: strings.Repeat("h", 65), want: "edge_id: not set, and the hostname cannot be used: 65 characters long; at most 64 are allowed; set edge_id"},
+		{err: errors.New("uname failed"), want: "edge_id: not set, and the hostname is unknown (uname failed); set edge_id"},
+	} {
+		c, err := load("", nil, nil, func() (string, error) { return tc.host, tc.err }, readConfigFile)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		} else if c.EdgeID != tc.host || c.Broker.ClientID != "runnel-"+tc.host {
+			t.Errorf("host %q: edge id %q, client id %q", tc.host, c.EdgeID, c.Broker.ClientID)
+		}
+		if got != tc.want {
+			t.Errorf("host %q: got  %s\nwant %s", tc.host, got, tc.want)
+		}
+		// An edge id from any source makes the hostname irrelevant.
+		if _, err := load("", []string{"--edge-id=gw-1"}, nil, func() (string, error) { return tc.host, tc.err }, readConfigFile); err != nil {
+			t.Errorf("host %q with --edge-id: %v", tc.host, err)
+		}
+	}
+}
+
+// TestValidate checks a Config built in code: problems name settings by
+// their YAML path, and every rule Load applies to a value, Validate
+// applies to the field.
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	os.WriteFile(notDir, []byte("x"), 0o644)
+	for _, tc := range []struct {
+		name   string
+		modify func(c *Config)
+		want   string
+	}{
+		{"defaults", func(c *Config) {}, ""},
+		{"zero", func(c *Config) { *c = Config{} }, strings.Join([]string{
+			"edge_id: empty; leave it out to use the hostname",
+			"data_dir: empty",
+			"broker.embedded_addr: empty; expected host:port such as 127.0.0.1:1883",
+			`broker.client_id: empty; leave it out to use "runnel-" + edge_id`,
+			"broker.receive_maximum: 0 is out of range; must be 1 to 65535",
+			"broker.session_expiry: 0s is out of range; must be 1s to 4294967295s",
+			"broker.keep_alive: 0s is out of range; must be 1s to 65535s",
+			"broker.reconnect.min: 0s is out of range; must be 1ms to 1d",
+			"broker.reconnect.max: 0s is out of range; must be 1ms to 1d",
+			"checkpoint.interval: must be greater than 0, got 0s",
+			"ingest_log.segment_size: 0B is too small; must be at least 1KiB",
+			`ingest_log.sync: unknown value ""; use group, always or never`,
+			"ingest_log.sync_delay: 0s is out of range; must be 1ms to 1s",
+			`ingest_log.compression: unknown value ""; use none or zstd`,
+			`disk_cap.policy: unknown value ""; use block or drop_raw`,
+			"dedup.window: must be greater than 0, got 0s",
+			`log.level: unknown value ""; use info, debug, warn or error`,
+			`log.format: unknown value ""; use text or json`,
+			"shutdown_timeout: must be greater than 0, got 0s",
+		}, "\n")},
+		{"half a second", func(c *Config) { c.Broker.KeepAlive = 1500 * time.Millisecond },
+			"broker.keep_alive: 1s500ms is not a whole number of seconds (MQTT sends it in seconds)"},
+		{"pipelines", func(c *Config) { c.Pipelines = []string{"a/*.yaml", "", "b/[.yaml"} },
+			`pipelines: item 2: empty path`},
+		{"reconnect", func(c *Config) { c.Broker.Reconnect = Reconnect{Min: time.Minute, Max: time.Second} },
+			"broker.reconnect.min: 1m is more than broker.reconnect.max (1s)"},
+		{"tls without mqtts", func(c *Config) { c.Broker.URL = "mqtt://b:1883"; c.Broker.TLS.ServerName = "b" },
+			`broker.tls.server_name: TLS settings apply to mqtts:// brokers only, and broker.url ("mqtt://b:1883") is not one`},
+		{"tls with the embedded broker", func(c *Config) { c.Broker.TLS.InsecureSkipVerify = true },
+			"broker.tls.insecure_skip_verify: TLS settings need an mqtts:// broker.url; the embedded broker (broker.url is empty) speaks plain MQTT"},
+		{"key without cert", func(c *Config) { c.Broker.URL = "mqtts://b"; c.Broker.TLS.KeyFile = notDir },
+			"broker.tls.key_file: a private key without broker.tls.cert_file; set both or neither"},
+		{"disk cap", func(c *Config) { c.DiskCap.Bytes = 100 << 20 },
+			"disk_cap.bytes: disk_cap.bytes 100MiB is less than two ingest log segments of 64MiB: the log needs one segment to write while a checkpoint frees the last"},
+		{"no disk cap", func(c *Config) { c.DiskCap.Bytes = 0 }, ""},
+		{"addresses collide", func(c *Config) { c.HTTP.Addr = ":1883" },
+			"http.addr: same address as broker.embedded_addr (\"127.0.0.1:1883\"); the embedded broker and the HTTP server cannot both listen there"},
+		{"addresses with an external broker", func(c *Config) { c.HTTP.Addr = ":1883"; c.Broker.URL = "mqtt://b" }, ""},
+		{"data dir is a file", func(c *Config) { c.DataDir = notDir }, "data_dir: " + notDir + " exists and is not a directory"},
+		{"pipeline missing", func(c *Config) { c.Pipelines = []string{dir, notDir + ".nope", notDir, notDir} }, strings.Join([]string{
+			"pipelines: " + dir + " is a directory; to load every spec in it, write " + dir + "/*.yaml",
+			"pipelines: cannot read pipeline " + notDir + ".nope: no such file or directory",
+			"pipelines: " + notDir + " is listed twice (also item 3)",
+		}, "\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := wantDefaults("gw-test")
+			tc.modify(c)
+			err := c.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+				if !errors.Is(err, ErrInvalid) {
+					t.Errorf("does not match ErrInvalid")
+				}
+				var e *Error
+				if !errors.As(err, &e) || len(e.Problems) == 0 {
+					t.Errorf("not an *Error: %T", err)
+				}
+			}
+			if got != tc.want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSettingsTable checks the table itself: names unique and regular,
+// defaults valid, and every Config field filled by exactly one setting.
+func TestSettingsTable(t *testing.T) {
+	seen := map[string]string{}
+	for _, st := range settings {
+		for _, name := range []string{"yaml " + st.path, "flag " + st.flag, "env " + st.env} {
+			if prev, dup := seen[name]; dup {
+				t.Errorf("%s used by %s and %s", name, prev, st.path)
+			}
+			seen[name] = st.path
+		}
+		// Flags are the path in kebab case, variables the flag in upper
+		// snake case, but for the two names the brief gave otherwise.
+		wantFlag := strings.NewReplacer(".", "-", "_", "-").Replace(st.path)
+		wantEnv := "RUNNEL_" + strings.ToUpper(strings.ReplaceAll(st.flag, "-", "_"))
+		switch st.path {
+		case "broker.embedded_addr":
+			wantFlag = "embedded-broker-addr"
+		case "pipelines":
+			wantFlag, wantEnv = "pipeline", "RUNNEL_PIPELINES"
+		}
+		if st.flag != wantFlag || st.env != wantEnv {
+			t.Errorf("%s: flag %q env %q, want %q %q", st.path, st.flag, st.env, wantFlag, wantEnv)
+		}
+		if st.doc == "" || !strings.HasSuffix(st.doc, ".") {
+			t.Errorf("%s: doc %q should be a sentence", st.path, st.doc)
+		}
+		if st.def == "" && st.example == "" {
+			t.Errorf("%s: no default and no example for the docs", st.path)
+		}
+		if st.def != "" {
+			v, err := st.val.parse(st.def)
+			if err != nil {
+				t.Errorf("%s: default %q: %v", st.path, st.def, err)
+				continue
+			}
+			var c Config
+			st.val.set(&c, v)
+			if err := st.val.check(&c); err != nil {
+				t.Errorf("%s: default %q fails its own check: %v", st.path, st.def, err)
+			}
+		}
+	}
+
+	// Set each setting alone on a zero Config and see which field changes.
+	leaves := leafFields(reflect.TypeFor[Config](), "")
+	owner := map[string]string{}
+	for _, st := range settings {
+		var c Config
+		st.val.set(&c, sample(st))
+		var changed []string
+		for _, leaf := range leaves {
+			if !fieldByPath(reflect.ValueOf(&c).Elem(), leaf).IsZero() {
+				changed = append(changed, leaf)
+			}
+		}
+		if len(changed) != 1 {
+			t.Errorf("%s sets fields %q, want exactly one", st.path, changed)
+			continue
+		}
+		if prev, dup := owner[changed[0]]; dup {
+			t.Errorf("field %s is set by %s and %s", changed[0], prev, st.path)
+		}
+		owner[changed[0]] = st.path
+	}
+	for _, leaf := range leaves {
+		if owner[leaf] == "" {
+			t.Errorf("Config field %s has no setting", leaf)
+		}
+	}
+	// A section's settings must be together, or the example config (and a
+	// user who copies the table's order) would repeat a key.
+	lastRow := map[string]int{}
+	for i, st := range settings {
+		parts := strings.Split(st.path, ".")
+		for j := 1; j < len(parts); j++ {
+			sec := strings.Join(parts[:j], ".")
+			if last, ok := lastRow[sec]; ok && last != i-1 {
+				t.Errorf("section %s is split in the table at %s", sec, st.path)
+			}
+			lastRow[sec] = i
+		}
+	}
+}
+
+// sample parses a non-zero value of st's type.
+func sample(st *setting) any {
+	text := map[string]string{"duration": "7s", "bytes": "7KiB", "int": "7", "bool": "true", "string": "x", "path": "x"}[st.val.typ()]
+	switch st.val.typ() {
+	case "enum":
+		text = st.val.choices()[0]
+	case "paths":
+		return []any{"x"}
+	}
+	// Some settings refuse the generic sample; their example or default
+	// is non-empty and valid.
+	for _, text := range []string{text, st.example, st.def} {
+		if text == "" {
+			continue
+		}
+		if v, err := st.val.parse(text); err == nil {
+			return v
+		}
+	}
+	panic(st.path + ": no sample value")
+}
+
+func leafFields(t reflect.Type, prefix string) []string {
+	var out []string
+	for f := range t.Fields() {
+		name := prefix + f.Name
+		if f.Type.Kind() == reflect.Struct {
+			out = append(out, leafFields(f.Type, name+".")...)
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+func fieldByPath(v reflect.Value, path string) reflect.Value {
+	for _, name := range strings.Split(path, ".") {
+		v = v.FieldByName(name)
+	}
+	return v
+}
+
+func TestParseBytes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		err  string
+	}{
+		{"0", 0, ""},
+		{"4096", 4096, ""},
+		{"64MiB", 64 << 20, ""},
+		{"1GiB", 1 << 30, ""},
+		{"1.5GiB", 3 << 29, ""},
+		{"2TB", 2e12, ""},
+		{"10 MB", 10e6, ""},
+		{"512B", 512, ""},
+		{" 1KiB ", 1024, ""},
+		{"1.5B", 0, `invalid size "1.5B": not a whole number of bytes`},
+		{"64mb", 0, `invalid size "64mb": unknown unit "mb" (did you mean MB? units are case-sensitive)`},
+		{"64M", 0, `invalid size "64M": unknown unit "M"; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB`},
+		{"-1", 0, `invalid size "-1": must not be negative`},
+		{"", 0, "empty; expected a size such as 64MiB"},
+		{"MiB", 0, `invalid size "MiB": expected a number such as 64MiB`},
+		{"1.2.3MiB", 0, `invalid size "1.2.3MiB": expected a number such as 64MiB`},
+		{"9999999TiB", 0, `invalid size "9999999TiB": too large`},
+	} {
+		got, err := parseBytes(tc.in)
+		gotErr := ""
+		if err != nil {
+			gotErr = err.Error()
+		}
+		if got != tc.want || gotErr != tc.err {
+			t.Errorf("parseBytes(%q) = %d, %q; want %d, %q", tc.in, got, gotErr, tc.want, tc.err)
+		}
+	}
+	for n, want := range map[int64]string{0: "0B", 1: "1B", 1024: "1KiB", 1536: "1536B", 64 << 20: "64MiB", 3 << 30: "3GiB", 1 << 40: "1TiB", 1e9: "1000000000B"} {
+		if got := showBytes(n); got != want {
+			t.Errorf("showBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestBrokerURL(t *testing.T) {
+	for _, tc := range []struct{ in, err string }{
+		{"", ""},
+		{"mqtt://broker:1883", ""},
+		{"mqtts://broker.example.com", ""},
+		{"tcp://10.0.0.1:1883/", ""},
+		{"mqtt://[::1]:1883", ""},
+		{"broker:1883", `"broker:1883" has no scheme; write mqtt://broker:1883, or mqtts://broker:1883 for TLS`},
+		{"localhost", `"localhost" has no scheme; write mqtt://localhost, or mqtts://localhost for TLS`},
+		{"ssl://b:8883", `"ssl://b:8883": scheme "ssl" is not supported (use mqtts:// for TLS); use mqtt://, mqtts:// or tcp://`},
+		{"MQTT://b", ""}, // url.Parse lower-cases the scheme
+		{"ws://b:8080", `"ws://b:8080": scheme "ws" is not supported (MQTT over WebSocket is not supported); use mqtt://, mqtts:// or tcp://`},
+		{"mqtt://user:hunter2@b:1883", `"mqtt://user:xxxxx@b:1883" has credentials in it; set broker.username and broker.password (or password_file) instead`},
+		{"mqtt://user:hunter2@b:1883/%zz", `"mqtt://user:xxxxx@b:1883/%zz" is not a URL: invalid URL escape "%zz"`},
+		{"mqtt://:1883", `"mqtt://:1883" has no host`},
+		{"mqtt://b:1883/topic", `"mqtt://b:1883/topic": a broker URL is scheme://host:port, without a path or query`},
+		{"mqtt://b:99999", `"mqtt://b:99999": port "99999" is not a number from 0 to 65535`},
+	} {
+		err := checkBrokerURL(tc.in)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.err {
+			t.Errorf("checkBrokerURL(%q):\n got %s\nwant %s", tc.in, got, tc.err)
+		}
+		if strings.Contains(got, "hunter2") {
+			t.Errorf("password in message: %s", got)
+		}
+	}
+}
+
+// TestProblemOrder: the file's problems by position, then variables by
+// name, then flags in command-line order.
+func TestProblemOrder(t *testing.T) {
+	_, err := loadData("edge.yaml", "log: {format: x}\ncheckpoint: {interval: x}\n",
+		[]string{"--log-level=x", "--nope", "--dedup-window=x", "stray"},
+		[]string{"RUNNEL_SHUTDOWN_TIMEOUT=x", "RUNNEL_DATA_DIR="})
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("%T %v", err, err)
+	}
+	var where []string
+	for _, p := range e.Problems {
+		where = append(where, p.File+":"+p.Pos.String())
+	}
+	want := []string{"edge.yaml:1:15", "edge.yaml:2:24", "env RUNNEL_DATA_DIR:", "env RUNNEL_SHUTDOWN_TIMEOUT:", "flag --log-level:", "flag --nope:", "flag --dedup-window:", ":"}
+	if !slices.Equal(where, want) {
+		t.Errorf("order %q\nwant  %q\n%v", where, want, err)
+	}
+	var ps spec.Problems = e.Problems
+	if ps.Err() == nil {
+		t.Error("the problems are spec.Problems")
+	}
+}
+
+func TestArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--edge-id", "a", "--", "--data-dir", "x"}, `unexpected argument "--data-dir" after --` + "\n" + `unexpected argument "x" after --`},
+		{[]string{"run"}, `unexpected argument "run" (settings are given as flags, such as --config edge.yaml)`},
+		{[]string{"---x"}, "bad flag syntax: ---x"},
+		{[]string{"--nope=1", "--edge-id=gw"}, "flag --nope: unknown flag"},
+		{[]string{"--nope", "value", "--edge-id=gw"}, "flag --nope: unknown flag"},
+		{[]string{"--edge_id=gw"}, "flag --edge_id: unknown flag (did you mean --edge-id?)"},
+		{[]string{"--checkpoint.interval=1s"}, "flag --checkpoint.interval: unknown flag (did you mean --checkpoint-interval?)"},
+		{[]string{"--pipeline", "a/*.yaml", "--pipeline", "b/[.yaml"}, `flag --pipeline: "b/[.yaml" is not a valid glob: syntax error in pattern`},
+		{[]string{"--edge-id=a", "--edge-id=b b", "--edge-id=c"}, ""}, // the last wins; only it is parsed
+	} {
+		_, err := loadData("", "", tc.args, nil)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("%q:\n got %s\nwant %s", tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestTooManyProblems(t *testing.T) {
+	var b strings.Builder
+	for i := range 150 {
+		fmt.Fprintf(&b, "unknown_%d: x\n", i)
+	}
+	_, err := loadData("edge.yaml", b.String(), nil, nil)
+	var e *Error
+	if !errors.As(err, &e) || len(e.Problems) != maxProblems+1 {
+		t.Fatalf("%d problems: %v", len(e.Problems), err)
+	}
+	if last := e.Problems[maxProblems].Error(); last != "50 more problems not shown" {
+		t.Errorf("last problem %q", last)
+	}
+}
+
+// TestTLSFiles checks the TLS files with real PEM: a good CA and key pair
+// load; a key that is not the certificate's is refused.
+func TestTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca, cert, key := writeCert(t, dir, "a")
+	_, _, otherKey := writeCert(t, dir, "b")
+	base := []string{"--broker-url=mqtts://broker:8883", "--broker-tls-ca-file=" + ca}
+	c, err := loadData("", "", append(base, "--broker-tls-cert-file="+cert, "--broker-tls-key-file="+key), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Broker.TLS != (TLS{CAFile: ca, CertFile: cert, KeyFile: key}) {
+		t.Errorf("TLS %+v", c.Broker.TLS)
+	}
+	_, err = loadData("", "", append(base, "--broker-tls-cert-file="+cert, "--broker-tls-key-file="+otherKey), nil)
+	want := "flag --broker-tls-cert-file: " + cert + " and " + otherKey + " are not a certificate and its key: private key does not match public key"
+	if err == nil || err.Error() != want {
+		t.Errorf("got  %v\nwant %s", err, want)
+	}
+	_, err = loadData("", "", []string{"--broker-url=mqtts://broker:8883", "--broker-tls-ca-file=" + key}, nil)
+	if want := "flag --broker-tls-ca-file: " + key + " holds no PEM certificate"; err == nil || err.Error() != want {
+		t.Errorf("got  %v\nwant %s", err, want)
+	}
+}
+
+// writeCert writes a self-signed certificate (which is also its own CA)
+// and its key, and returns the paths of the CA, the certificate and the key.
+func writeCert(t *testing.T, dir, name string) (ca, cert, key string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert = filepath.Join(dir, name+".pem")
+	key = filepath.Join(dir, name+"-key.pem")
+	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	return cert, cert, key
+}

@@ -1,0 +1,130 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/runnel-io/runnel/edge/mqtt"
+	"github.com/runnel-io/runnel/window"
+)
+
+// status is what the node reports on /metrics and /healthz. Counters are
+// read from their owners at scrape time.
+type status struct {
+	checkpoints     atomic.Uint64
+	checkpointNanos atomic.Int64 // duration of the last checkpoint commit
+	checkpointBytes atomic.Int64 // bytes of state changes in the last checkpoint
+	checkpointErr   atomic.Value // string: the last commit error, "" when fine
+	pumpAlive       atomic.Bool
+	src             atomic.Pointer[mqtt.Source]
+}
+
+func (n *node) registry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	labels := prometheus.Labels{"edge": n.cfg.EdgeID}
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
+	}
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f))
+	}
+	for _, ps := range n.pipes {
+		pl := prometheus.Labels{"edge": n.cfg.EdgeID, "pipeline": ps.p.Name}
+		rt := ps.rt
+		for _, c := range []struct {
+			name, help string
+			f          func() float64
+		}{
+			{"runnel_edge_records_in_total", "Payloads read from the ingest log into the pipeline.", func() float64 { return float64(rt.Stats().In) }},
+			{"runnel_edge_dead_letters_total", "Payloads that could not become records.", func() float64 { return float64(rt.Stats().Dead) }},
+			{"runnel_edge_filtered_total", "Records the filter dropped.", func() float64 { return float64(rt.Stats().Filtered) }},
+			{"runnel_edge_duplicates_total", "MQTT redeliveries dropped by event id.", func() float64 { return float64(rt.Stats().Dupes) }},
+			{"runnel_edge_late_total", "Records too late for every window.", func() float64 { return float64(rt.Stats().Late) }},
+			{"runnel_edge_results_total", "Window results emitted, all versions.", func() float64 { return float64(rt.Stats().Results) }},
+		} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help, ConstLabels: pl}, c.f))
+		}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "runnel_edge_watermark_lag_seconds",
+			Help: "Wall clock minus the pipeline's watermark.", ConstLabels: pl}, func() float64 {
+			wm := rt.Watermark()
+			if wm == window.MinTime {
+				return 0
+			}
+			return time.Since(time.UnixMilli(wm)).Seconds()
+		}))
+	}
+	counter("runnel_edge_checkpoints_total", "Checkpoints committed.", func() float64 { return float64(n.status.checkpoints.Load()) })
+	gauge("runnel_edge_checkpoint_duration_seconds", "Duration of the last checkpoint commit.", func() float64 {
+		return time.Duration(n.status.checkpointNanos.Load()).Seconds()
+	})
+	gauge("runnel_edge_checkpoint_bytes", "Bytes of state changes in the last checkpoint.", func() float64 {
+		return float64(n.status.checkpointBytes.Load())
+	})
+	gauge("runnel_edge_ingest_log_bytes", "Bytes of ingest log segments on disk.", func() float64 { return float64(n.log.Size()) })
+	gauge("runnel_edge_outbox_entries", "Window results committed to the outbox so far (the next sequence number).", func() float64 {
+		return float64(n.lastSeq.Load())
+	})
+	gauge("runnel_edge_mqtt_connected", "1 while the MQTT source is connected.", func() float64 {
+		if s := n.status.src.Load(); s != nil && s.Connected() {
+			return 1
+		}
+		return 0
+	})
+	return reg
+}
+
+// healthy says why the node is not healthy, or "" when it is.
+func (n *node) healthy() string {
+	if !n.status.pumpAlive.Load() {
+		return "the ingest pump is not running"
+	}
+	if s := n.status.src.Load(); s == nil || !s.Connected() {
+		return "the MQTT source is not connected"
+	}
+	if e, _ := n.status.checkpointErr.Load().(string); e != "" {
+		return "the last checkpoint failed: " + e
+	}
+	return ""
+}
+
+// serveHTTP serves /metrics and /healthz on addr until ctx is done.
+func (n *node) serveHTTP(ctx context.Context, addr string) (func(), error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(n.registry(), promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if why := n.healthy(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("edge: http: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.lg.Error("edge: http", "err", err)
+		}
+	}()
+	n.lg.Info("edge: serving /metrics and /healthz", "addr", ln.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		<-done
+	}, nil
+}

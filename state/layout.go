@@ -1,0 +1,199 @@
+package state
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"unicode/utf8"
+)
+
+// The layout of a state file inside bbolt, described byte by byte in
+// docs/formats/state-layout.md. This file holds the codecs; nothing here
+// touches bbolt.
+//
+//	meta/                      format and key group count (records)
+//	state/<namespace>/<group>  one bucket per (namespace, key group):
+//	                           user key -> record(value)
+//	sys/<name>                 system buckets written through Tx:
+//	                           key -> record(value)
+//
+// Every value is a record: a version byte, a CRC-32C and the payload. The
+// CRC covers the bucket the record belongs in, the key and the payload, so a
+// flipped bit in either, a value under the wrong key, or a page that ended up
+// in the wrong bucket, all fail the check. bbolt itself checksums only its
+// meta pages.
+//
+// Every record bucket keeps a digest of its records in its bbolt sequence
+// number: the record count in the high 32 bits, the XOR of the records' CRCs
+// in the low 32. Verification compares it with what the walk found, which
+// catches records lost to a damaged page (a lower element count, say), a
+// corruption that no per-record check can see.
+
+// Top-level bucket names.
+var (
+	bucketMeta  = []byte("meta")
+	bucketState = []byte("state")
+	bucketSys   = []byte("sys")
+)
+
+// Keys in the meta bucket.
+var (
+	metaKeyFormat    = []byte("format")
+	metaKeyKeyGroups = []byte("keygroups")
+)
+
+const (
+	// layoutVersion is the version of the layout as a whole, stored under
+	// meta/format. A change to it means a new version.
+	layoutVersion = 1
+	// recordVersion is the first byte of every record.
+	recordVersion = 1
+	// recordHeaderSize is version (1) + CRC-32C (4).
+	recordHeaderSize = 5
+	// groupKeySize is the length of a group bucket's name.
+	groupKeySize = 2
+)
+
+// Domain bytes: the first byte the CRC of a record covers, which says what
+// kind of bucket the record lives in.
+const (
+	domainState = 's'
+	domainSys   = 'y'
+	domainMeta  = 'm'
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// nameSeed returns the CRC-32C of domain || uvarint(len(name)) || name: the
+// running CRC a record's checksum continues from.
+func nameSeed(domain byte, name string) uint32 {
+	var b [1 + binary.MaxVarintLen64]byte
+	b[0] = domain
+	n := binary.PutUvarint(b[1:], uint64(len(name)))
+	c := crc32.Update(0, castagnoli, b[:1+n])
+	return crc32.Update(c, castagnoli, []byte(name))
+}
+
+// groupSeed continues a namespace seed with the two-byte group id.
+func groupSeed(nsSeed uint32, group int) uint32 {
+	g := groupKey(group)
+	return crc32.Update(nsSeed, castagnoli, g[:])
+}
+
+// metaSeed is the seed of records in the meta bucket.
+var metaSeed = nameSeed(domainMeta, "")
+
+// recordCRC returns the checksum of a record with the given seed, key and
+// payload: CRC-32C over seed's bytes || uvarint(len(key)) || key || payload.
+// The key length makes the split between key and payload unambiguous.
+func recordCRC(seed uint32, key, payload []byte) uint32 {
+	var l [binary.MaxVarintLen64]byte
+	n := binary.PutUvarint(l[:], uint64(len(key)))
+	c := crc32.Update(seed, castagnoli, l[:n])
+	c = crc32.Update(c, castagnoli, key)
+	return crc32.Update(c, castagnoli, payload)
+}
+
+// appendRecord appends the record of payload under key to dst and returns
+// the extended slice and the record's CRC.
+func appendRecord(dst []byte, seed uint32, key, payload []byte) ([]byte, uint32) {
+	c := recordCRC(seed, key, payload)
+	dst = append(dst, recordVersion)
+	dst = binary.LittleEndian.AppendUint32(dst, c)
+	return append(dst, payload...), c
+}
+
+// recordSize is the encoded size of a record holding a payload of n bytes.
+func recordSize(n int) int { return recordHeaderSize + n }
+
+// decodeRecord checks a record read under key and returns its payload
+// (aliasing rec) and stored CRC. The error is of the ErrCorrupt class; the
+// caller adds where the record was.
+func decodeRecord(seed uint32, key, rec []byte) (payload []byte, crc uint32, err error) {
+	if len(rec) < recordHeaderSize {
+		return nil, 0, corruptf("record of %d bytes is shorter than its %d-byte header", len(rec), recordHeaderSize)
+	}
+	if rec[0] != recordVersion {
+		return nil, 0, corruptf("record version %d, want %d", rec[0], recordVersion)
+	}
+	crc = binary.LittleEndian.Uint32(rec[1:])
+	payload = rec[recordHeaderSize:]
+	if got := recordCRC(seed, key, payload); got != crc {
+		return nil, 0, corruptf("record checksum %08x, computed %08x", crc, got)
+	}
+	return payload, crc, nil
+}
+
+// storedCRC returns the CRC field of a record without checking it, for the
+// digest; a record too short to have one contributes zero (verification
+// reports it separately).
+func storedCRC(rec []byte) uint32 {
+	if len(rec) < recordHeaderSize {
+		return 0
+	}
+	return binary.LittleEndian.Uint32(rec[1:])
+}
+
+// groupKey is the name of a key group's bucket: the group id, big endian, so
+// buckets sort by group and a range of groups is a contiguous key range.
+func groupKey(group int) [groupKeySize]byte {
+	var k [groupKeySize]byte
+	binary.BigEndian.PutUint16(k[:], uint16(group))
+	return k
+}
+
+// parseGroupKey decodes a group bucket name against the store's group count.
+func parseGroupKey(k []byte, groups int) (int, error) {
+	if len(k) != groupKeySize {
+		return 0, corruptf("group bucket name %x is %d bytes, want %d", k, len(k), groupKeySize)
+	}
+	g := int(binary.BigEndian.Uint16(k))
+	if g >= groups {
+		return 0, corruptf("group bucket %d is out of range for %d key groups", g, groups)
+	}
+	return g, nil
+}
+
+// digest is what a record bucket keeps in its bbolt sequence number.
+type digest struct {
+	count uint32
+	xor   uint32
+}
+
+func (d *digest) add(crc uint32)    { d.count++; d.xor ^= crc }
+func (d *digest) remove(crc uint32) { d.count--; d.xor ^= crc }
+func (d digest) seq() uint64        { return uint64(d.count)<<32 | uint64(d.xor) }
+func digestOf(seq uint64) digest    { return digest{count: uint32(seq >> 32), xor: uint32(seq)} }
+
+// validName reports whether name may name a namespace or system bucket.
+func validName(name string) bool {
+	return name != "" && len(name) <= MaxNameSize && utf8.ValidString(name)
+}
+
+// encodeMetaFormat and decodeMetaFormat are the payload of meta/format: the
+// layout version as one byte.
+func encodeMetaFormat() []byte { return []byte{layoutVersion} }
+
+func decodeMetaFormat(p []byte) (int, error) {
+	d := NewDecoder(p)
+	v := d.Byte()
+	if err := d.Finish(); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// encodeMetaKeyGroups and decodeMetaKeyGroups are the payload of
+// meta/keygroups: the key group count as a uvarint.
+func encodeMetaKeyGroups(n int) []byte { return AppendUvarint(nil, uint64(n)) }
+
+func decodeMetaKeyGroups(p []byte) (int, error) {
+	d := NewDecoder(p)
+	n := d.Uvarint()
+	if err := d.Finish(); err != nil {
+		return 0, err
+	}
+	if n < 1 || n > MaxKeyGroups {
+		return 0, corruptf("key group count %d is outside [1, %d]", n, MaxKeyGroups)
+	}
+	return int(n), nil
+}

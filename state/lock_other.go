@@ -1,0 +1,12 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+
+package state
+
+import (
+	"os"
+	"time"
+)
+
+// lockFile is a no-op where flock is not available: bbolt takes its own lock
+// in bbolt.Open, after verification.
+func lockFile(*os.File, time.Duration) error { return nil }

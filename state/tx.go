@@ -1,0 +1,172 @@
+package state
+
+import (
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Tx is a transaction over the system buckets: the place where the
+// checkpoint writer keeps outbox entries, ingest log positions and
+// checkpoint metadata, committed atomically with the state in Commit. A Tx
+// is valid only inside the function it was passed to, and only on that
+// goroutine.
+type Tx struct {
+	btx     *bolt.Tx
+	buckets map[string]*Bucket
+}
+
+func newTx(btx *bolt.Tx) *Tx { return &Tx{btx: btx} }
+
+// Writable reports whether the transaction may write (Commit, Update) or
+// not (View).
+func (tx *Tx) Writable() bool { return tx.btx.Writable() }
+
+// Bucket returns the system bucket called name, creating it in a writable
+// transaction. In a read-only one a bucket never written reads as empty.
+func (tx *Tx) Bucket(name string) (*Bucket, error) {
+	if b, ok := tx.buckets[name]; ok {
+		return b, nil
+	}
+	if !validName(name) {
+		return nil, fmt.Errorf("%w: system bucket %q (must be 1-%d bytes of UTF-8)", ErrName, name, MaxNameSize)
+	}
+	sys := tx.btx.Bucket(bucketSys)
+	if sys == nil {
+		return nil, corruptf("state: top-level bucket sys missing")
+	}
+	var bb *bolt.Bucket
+	if tx.btx.Writable() {
+		var err error
+		if bb, err = sys.CreateBucketIfNotExists([]byte(name)); err != nil {
+			return nil, fmt.Errorf("state: system bucket %q: %w", name, err)
+		}
+	} else {
+		bb = sys.Bucket([]byte(name))
+	}
+	b := &Bucket{name: name, b: bb, seed: nameSeed(domainSys, name)}
+	if bb != nil {
+		b.d = digestOf(bb.Sequence())
+	}
+	if tx.buckets == nil {
+		tx.buckets = make(map[string]*Bucket)
+	}
+	tx.buckets[name] = b
+	return b, nil
+}
+
+// Bucket is a system bucket: keys and values, each value stored as a
+// checksummed record (docs/formats/state-layout.md). Slices it returns
+// point into the file's mapping: they are valid until the transaction ends
+// and must not be modified.
+type Bucket struct {
+	name string
+	b    *bolt.Bucket // nil: absent, in a read-only transaction
+	seed uint32
+	d    digest
+}
+
+// Name returns the bucket's name.
+func (b *Bucket) Name() string { return b.name }
+
+// Len returns the number of keys in the bucket.
+func (b *Bucket) Len() int { return int(b.d.count) }
+
+// Get returns the value of key, or nil if there is none. A value whose
+// checksum fails gives an ErrCorrupt error.
+func (b *Bucket) Get(key []byte) ([]byte, error) {
+	if b.b == nil {
+		return nil, nil
+	}
+	rec := b.b.Get(key)
+	if rec == nil {
+		return nil, nil
+	}
+	return b.decode(key, rec)
+}
+
+func (b *Bucket) decode(key, rec []byte) ([]byte, error) {
+	p, _, err := decodeRecord(b.seed, key, rec)
+	if err != nil {
+		return nil, corruptf("state: system bucket %q key %x: %v", b.name, key, err)
+	}
+	return p, nil
+}
+
+// Put sets key to value. Both are copied; the caller may reuse them.
+func (b *Bucket) Put(key, value []byte) error {
+	if err := b.writable(key); err != nil {
+		return err
+	}
+	if len(value) > MaxValueSize {
+		return fmt.Errorf("%w: %d bytes (max %d) in system bucket %q", ErrValueTooLarge, len(value), MaxValueSize, b.name)
+	}
+	if old := b.b.Get(key); old != nil {
+		b.d.remove(storedCRC(old))
+	}
+	// bbolt keeps key and value until the transaction ends: one buffer
+	// holds both.
+	buf := make([]byte, len(key), len(key)+recordSize(len(value)))
+	copy(buf, key)
+	buf, crc := appendRecord(buf, b.seed, key, value)
+	if err := b.b.Put(buf[:len(key)], buf[len(key):]); err != nil {
+		return fmt.Errorf("state: system bucket %q: put %x: %w", b.name, key, err)
+	}
+	b.d.add(crc)
+	return b.b.SetSequence(b.d.seq())
+}
+
+// Delete removes key, if present.
+func (b *Bucket) Delete(key []byte) error {
+	if err := b.writable(key); err != nil {
+		return err
+	}
+	old := b.b.Get(key)
+	if old == nil {
+		return nil
+	}
+	if err := b.b.Delete(key); err != nil {
+		return fmt.Errorf("state: system bucket %q: delete %x: %w", b.name, key, err)
+	}
+	b.d.remove(storedCRC(old))
+	return b.b.SetSequence(b.d.seq())
+}
+
+func (b *Bucket) writable(key []byte) error {
+	if b.b == nil || !b.b.Writable() {
+		return fmt.Errorf("%w: system bucket %q", ErrReadOnly, b.name)
+	}
+	if len(key) == 0 || len(key) > MaxKeySize {
+		return fmt.Errorf("%w: %d bytes (must be 1-%d) in system bucket %q", ErrKey, len(key), MaxKeySize, b.name)
+	}
+	return nil
+}
+
+// ForEach calls fn for every key from start on (all keys if start is nil),
+// in key order. If fn returns an error, ForEach stops and returns it. fn
+// must not modify the bucket.
+func (b *Bucket) ForEach(start []byte, fn func(key, value []byte) error) error {
+	if b.b == nil {
+		return nil
+	}
+	c := b.b.Cursor()
+	var k, rec []byte
+	if start == nil {
+		k, rec = c.First()
+	} else {
+		k, rec = c.Seek(start)
+	}
+	for ; k != nil; k, rec = c.Next() {
+		if rec == nil {
+			return corruptf("state: system bucket %q: nested bucket %x where only records belong", b.name, k)
+		}
+		v, err := b.decode(k, rec)
+		if err != nil {
+			return err
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
