@@ -95,7 +95,7 @@ type Runtime struct {
 	bars    barriers // output goroutine only
 	epoch   uint64   // last barrier injected
 	live    liveStats
-	dedup   *dedup   // nil without event_id
+	dedup   *dedup // nil without event_id
 }
 
 // Start starts the workers and the output goroutine, after restoring
