@@ -247,7 +247,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	c := checkpoint{ID: id, NextSeq: n.last.NextSeq}
 	entries := 0
 	var sideN uint32
-	var changeBytes int64
+	var changeBytes, outboxBytes int64
 	// The state changes go into the pipelines' namespaces first; the
 	// commit then writes them with the outbox and the metadata in one
 	// transaction. Only the writer touches the store, so nothing of a later
@@ -291,6 +291,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				}
 				c.NextSeq++
 				entries++
+				outboxBytes += int64(len(e))
 			}
 			// Side outputs are keyed by checkpoint id and arrival index.
 			for _, e := range p.late {
@@ -319,7 +320,15 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	n.status.checkpointNanos.Store(int64(time.Since(began)))
 	n.status.checkpointBytes.Store(changeBytes)
 	n.lastSeq.Store(c.NextSeq)
+	n.status.outboxBytes.Add(outboxBytes)
 	n.last = c
+	for _, p := range parts {
+		if ps := n.pipe(p.pipe); ps != nil {
+			if err := ps.outs.write(p.out); err != nil {
+				n.lg.Error("edge: file output", "pipeline", p.pipe, "err", err)
+			}
+		}
+	}
 	if err := n.log.DeleteBefore(c.Pos); err != nil {
 		n.lg.Warn("edge: delete ingest log segments", "before", c.Pos, "err", err)
 	}
@@ -379,4 +388,13 @@ func sideKey(id uint64, n *uint32) []byte {
 	k = binary.BigEndian.AppendUint32(k, *n)
 	*n++
 	return k
+}
+
+func (n *node) pipe(name string) *pipe {
+	for _, ps := range n.pipes {
+		if ps.p.Name == name {
+			return ps
+		}
+	}
+	return nil
 }

@@ -76,7 +76,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	start := func() *edgeProc {
 		p := &edgeProc{stderr: &syncBuffer{}}
 		p.cmd = exec.Command(bin, "run", "--pipeline", specPath, "--data-dir", data,
-			"--broker-url", mosq.Addr(), "--edge-id", "crash", "--checkpoint-interval", "100ms")
+			"--broker-url", mosq.Addr(), "--edge-id", "crash", "--checkpoint-interval", "100ms", "--http-addr=")
 		p.cmd.Stderr = p.stderr
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -25,6 +25,8 @@ type status struct {
 	checkpointBytes atomic.Int64 // bytes of state changes in the last checkpoint
 	checkpointErr   atomic.Value // string: the last commit error, "" when fine
 	pumpAlive       atomic.Bool
+	capBlocked      atomic.Bool  // the disk cap holds MQTT messages back
+	outboxBytes     atomic.Int64 // bytes committed to the outbox
 	src             atomic.Pointer[mqtt.Source]
 }
 
@@ -73,6 +75,15 @@ func (n *node) registry() *prometheus.Registry {
 	gauge("runnel_edge_ingest_log_bytes", "Bytes of ingest log segments on disk.", func() float64 { return float64(n.log.Size()) })
 	gauge("runnel_edge_outbox_entries", "Window results committed to the outbox so far (the next sequence number).", func() float64 {
 		return float64(n.lastSeq.Load())
+	})
+	gauge("runnel_edge_outbox_bytes", "Bytes of window results in the outbox.", func() float64 {
+		return float64(n.status.outboxBytes.Load())
+	})
+	gauge("runnel_edge_disk_cap_blocked", "1 while the disk cap holds MQTT messages at the broker.", func() float64 {
+		if n.status.capBlocked.Load() {
+			return 1
+		}
+		return 0
 	})
 	gauge("runnel_edge_mqtt_connected", "1 while the MQTT source is connected.", func() float64 {
 		if s := n.status.src.Load(); s != nil && s.Connected() {

@@ -28,16 +28,22 @@ type NodeConfig struct {
 	DataDir   string
 	Pipelines []*operators.Pipeline
 
-	BrokerURL      string // "" starts the embedded broker on EmbeddedAddr
-	EmbeddedAddr   string // default 127.0.0.1:1883
-	ClientID       string // default "runnel-" + EdgeID
-	ReceiveMaximum uint16
+	// Broker is the MQTT source's configuration. No Brokers: the node
+	// starts the embedded broker on EmbeddedAddr. Topics are the
+	// pipelines' (set by the node). ClientID defaults to "runnel-" + EdgeID.
+	Broker       mqtt.Config
+	EmbeddedAddr string // default 127.0.0.1:1883
 
 	CheckpointInterval time.Duration // default 1s
 	HTTPAddr           string        // /metrics and /healthz; "" = off
-	IngestLog          ingestlog.Options
-	Runtime            operators.Options
-	NoSync             bool // tests only: skip fsyncs of the state store
+	// DiskCap bounds the bytes of the ingest log plus the outbox; 0 = no
+	// cap. At the cap the node stops taking (and acknowledging) MQTT
+	// messages, so the broker keeps them, until checkpoints and the uplink
+	// free space. Aggregates are never dropped to make room.
+	DiskCap   int64
+	IngestLog ingestlog.Options
+	Runtime   operators.Options
+	NoSync    bool // tests only: skip fsyncs of the state store
 
 	Logger *slog.Logger
 	// Started, when set, is called once the node runs, with the broker URL
@@ -66,6 +72,7 @@ type node struct {
 
 	status  status
 	lastSeq atomic.Uint64 // n.last.NextSeq, for metrics
+	closing chan struct{} // closed when the node starts to stop
 
 	parts chan ckptPart
 }
@@ -74,6 +81,7 @@ type pipe struct {
 	p    *operators.Pipeline
 	rt   *operators.Runtime
 	sink *stagingSink
+	outs *fileOutputs
 }
 
 // checkpoint is the metadata of the last committed checkpoint.
@@ -125,8 +133,8 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	if cfg.EmbeddedAddr == "" {
 		cfg.EmbeddedAddr = broker.DefaultAddr
 	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = "runnel-" + cfg.EdgeID
+	if cfg.Broker.ClientID == "" {
+		cfg.Broker.ClientID = "runnel-" + cfg.EdgeID
 	}
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = time.Second
@@ -141,7 +149,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines))}
+	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{})}
 	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync})
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
@@ -156,8 +164,17 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		if err != nil || v == nil {
 			return err
 		}
-		n.last, err = decodeCheckpoint(v)
-		return err
+		if n.last, err = decodeCheckpoint(v); err != nil {
+			return err
+		}
+		ob, err := tx.Bucket(bucketOutbox)
+		if err != nil {
+			return err
+		}
+		return ob.ForEach(nil, func(_, v []byte) error {
+			n.status.outboxBytes.Add(int64(len(v)))
+			return nil
+		})
 	})
 	if err != nil {
 		st.Close()
@@ -181,7 +198,13 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		return nil, fmt.Errorf("edge: checkpoint %d needs ingest log position %d, the log starts at %d", n.last.ID, n.last.Pos, l.First())
 	}
 	for _, p := range cfg.Pipelines {
-		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts}}
+		outs, err := openOutputs(p)
+		if err != nil {
+			n.closeAll(ctx)
+			return nil, err
+		}
+		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts}, outs: outs}
+		n.pipes = append(n.pipes, ps)
 		opts := cfg.Runtime
 		if n.last.ID > 0 {
 			opts.Restore = restoreFrom(st, p.Name)
@@ -192,7 +215,6 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 			return nil, fmt.Errorf("edge: pipeline %s: %w", p.Name, err)
 		}
 		ps.rt = rt
-		n.pipes = append(n.pipes, ps)
 	}
 	lg.Info("edge: opened", "edge", cfg.EdgeID, "checkpoint", n.last.ID, "replay_from", n.last.Pos,
 		"log_end", rec.End, "pipelines", len(n.pipes))
@@ -201,7 +223,10 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 
 func (n *node) closeAll(ctx context.Context) {
 	for _, ps := range n.pipes {
-		ps.rt.Close(false)
+		if ps.rt != nil {
+			ps.rt.Close(false)
+		}
+		ps.outs.close()
 	}
 	n.log.Close(ctx)
 	n.store.Close()
@@ -209,7 +234,10 @@ func (n *node) closeAll(ctx context.Context) {
 
 func (n *node) run(ctx context.Context) error {
 	cfg := n.cfg
-	url := cfg.BrokerURL
+	var url string
+	if len(cfg.Broker.Brokers) > 0 {
+		url = cfg.Broker.Brokers[0]
+	}
 	var brk *broker.Broker
 	if url == "" {
 		var err error
@@ -257,9 +285,15 @@ func (n *node) run(ctx context.Context) error {
 		defer stopHTTP()
 	}
 
-	src, err := mqtt.Start(ctx, mqtt.Config{
-		Brokers: []string{url}, ClientID: cfg.ClientID, Topics: subs, ReceiveMaximum: cfg.ReceiveMaximum, Logger: n.lg,
-	}, n.handle)
+	mc := cfg.Broker
+	if len(mc.Brokers) == 0 {
+		mc.Brokers = []string{url}
+	}
+	mc.Topics = subs
+	if mc.Logger == nil {
+		mc.Logger = n.lg
+	}
+	src, err := mqtt.Start(ctx, mc, n.handle)
 	if err != nil {
 		close(drain)
 		<-pumpDone
@@ -284,6 +318,7 @@ func (n *node) run(ctx context.Context) error {
 	// Stop taking messages, then let the pump read what is durable, take a
 	// last checkpoint, and stop.
 	shut := context.Background()
+	close(n.closing)
 	if err := src.Close(shut); err != nil {
 		n.lg.Warn("edge: mqtt source close", "err", err)
 	}
@@ -306,6 +341,9 @@ func (n *node) run(ctx context.Context) error {
 	if err := n.store.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
+	for _, ps := range n.pipes {
+		ps.outs.close()
+	}
 	if brk != nil {
 		brk.Close(shut)
 	}
@@ -314,6 +352,23 @@ func (n *node) run(ctx context.Context) error {
 
 // handle is the MQTT handler: append, and acknowledge once durable.
 func (n *node) handle(m mqtt.Message, ack func()) {
+	if n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap {
+		// Block the handler: paho delivers nothing more, the broker stops
+		// at Receive Maximum and keeps the rest.
+		n.status.capBlocked.Store(true)
+		n.lg.Warn("edge: disk cap reached; holding MQTT messages at the broker", "cap", n.cfg.DiskCap, "used", n.diskUsed())
+		for n.diskUsed() >= n.cfg.DiskCap {
+			select {
+			case <-n.closing:
+				// Stopping: leave it unacknowledged; the broker redelivers
+				// it to the next session.
+				n.status.capBlocked.Store(false)
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		n.status.capBlocked.Store(false)
+	}
 	rec := encodeRecord(nil, m.Topic, m.Payload)
 	pos, err := n.log.Append(context.Background(), rec)
 	if err != nil {
@@ -324,6 +379,8 @@ func (n *node) handle(m mqtt.Message, ack func()) {
 	// The commit may have happened between Append and push.
 	n.acks.durable(n.log.Durable())
 }
+
+func (n *node) diskUsed() int64 { return n.log.Size() + n.status.outboxBytes.Load() }
 
 // Ingest log records: uvarint topic length, topic, payload.
 func encodeRecord(dst []byte, topic string, payload []byte) []byte {

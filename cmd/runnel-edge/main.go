@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,49 +13,63 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/runnel-io/runnel/edge"
+	"github.com/runnel-io/runnel/edge/config"
+	"github.com/runnel-io/runnel/edge/ingestlog"
+	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
 
-const usage = `usage: runnel-edge <command> [flags]
-
-commands:
-  run      run the edge node: MQTT in, checkpointed window results to the outbox
-  replay   run a pipeline over a recorded JSON-lines file, results to stdout
-  outbox   print the committed outbox (or --side late|dead) of a stopped node as JSON lines
+const usage = `usage:
+  runnel-edge [--config edge.yaml] [flags]   run the edge node (runnel-edge --help lists every setting)
+  runnel-edge replay --pipeline P.yaml --input events.jsonl
+                                              run a pipeline over a recorded JSON-lines file, results to stdout
+  runnel-edge outbox --data-dir D --pipeline P.yaml [--side late|dead]
+                                              print what a stopped node committed, as JSON lines
 `
 
+//go:embed demo-pipeline.yaml
+var demoPipeline []byte
+
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	args := os.Args[1:]
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
 	var err error
-	switch os.Args[1] {
-	case "replay":
-		err = replay(ctx, os.Args[2:])
+	switch cmd {
 	case "run":
-		err = run(ctx, os.Args[2:])
+		err = run(ctx, args)
+	case "replay":
+		err = replay(ctx, args)
 	case "outbox":
-		err = outbox(ctx, os.Args[2:])
-	case "-h", "--help", "help":
+		err = outbox(ctx, args)
+	case "help":
 		fmt.Print(usage)
 		return
 	default:
-		fmt.Fprintf(os.Stderr, "runnel-edge: unknown command %q\n%s", os.Args[1], usage)
+		fmt.Fprintf(os.Stderr, "runnel-edge: unknown command %q\n%s", cmd, usage)
 		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Print(usage)
+		fmt.Println("\nsettings (YAML path, flag, environment variable, default):")
+		config.Usage(os.Stdout)
+		return
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "runnel-edge:", err)
-		if errors.Is(err, spec.ErrInvalid) || errors.Is(err, errUsage) {
+		if errors.Is(err, spec.ErrInvalid) || errors.Is(err, config.ErrInvalid) || errors.Is(err, errUsage) {
 			os.Exit(2)
 		}
 		os.Exit(1)
@@ -167,32 +182,79 @@ func loadPipelines(paths []string) ([]*operators.Pipeline, error) {
 	return ps, nil
 }
 
+// run runs the edge node with the configuration edge/config loads from
+// --config (or RUNNEL_CONFIG), the environment and the flags.
 func run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	var pipelines multiFlag
-	fs.Var(&pipelines, "pipeline", "pipeline spec (YAML); repeatable")
-	cfg := edge.NodeConfig{}
-	fs.StringVar(&cfg.EdgeID, "edge-id", "", "this edge's id (default: hostname)")
-	fs.StringVar(&cfg.DataDir, "data-dir", "runnel-data", "ingest log, state and outbox")
-	fs.StringVar(&cfg.BrokerURL, "broker-url", "", "MQTT broker (default: start the embedded broker)")
-	fs.StringVar(&cfg.EmbeddedAddr, "embedded-broker-addr", "127.0.0.1:1883", "where the embedded broker listens")
-	fs.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", time.Second, "time between checkpoints")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:9464", "serve /metrics and /healthz here (\"\" = off)")
-	verbose := fs.Bool("v", false, "debug logs")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	ps, err := loadPipelines(pipelines)
+	c, err := config.Load("", args, os.Environ())
 	if err != nil {
 		return err
 	}
-	cfg.Pipelines = ps
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.Log.Level.Slog()})
+	if c.Log.Format == config.FormatJSON {
+		handler = slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: c.Log.Level.Slog()})
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	return edge.Run(ctx, cfg)
+	lg := slog.New(handler)
+	var ps []*operators.Pipeline
+	if len(c.Pipelines) == 0 {
+		s, err := spec.Parse("built-in demo pipeline", demoPipeline)
+		if err != nil {
+			return err
+		}
+		p, err := operators.Compile(s)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, p)
+		lg.Info("runnel-edge: no pipelines configured; running the built-in demo pipeline", "pipeline", p.Name)
+	} else {
+		var paths []string
+		for _, g := range c.Pipelines {
+			m, err := filepath.Glob(g)
+			if err != nil || len(m) == 0 {
+				m = []string{g} // let spec.Load report it
+			}
+			paths = append(paths, m...)
+		}
+		if ps, err = loadPipelines(paths); err != nil {
+			return err
+		}
+	}
+	nc := edge.NodeConfig{
+		EdgeID: c.EdgeID, DataDir: c.DataDir, Pipelines: ps, EmbeddedAddr: c.Broker.EmbeddedAddr,
+		Broker: mqtt.Config{
+			ClientID: c.Broker.ClientID, Username: c.Broker.Username, Password: c.Broker.Password,
+			ReceiveMaximum: uint16(c.Broker.ReceiveMaximum), SessionExpiry: c.Broker.SessionExpiry,
+			KeepAlive: c.Broker.KeepAlive, ConnectRetryMin: c.Broker.Reconnect.Min, ConnectRetryMax: c.Broker.Reconnect.Max,
+		},
+		CheckpointInterval: c.Checkpoint.Interval,
+		IngestLog: ingestlog.Options{
+			SegmentSize: c.IngestLog.SegmentSize, GroupDelay: c.IngestLog.SyncDelay,
+			Sync:        map[config.SyncMode]ingestlog.SyncPolicy{config.SyncGroup: ingestlog.SyncGroup, config.SyncAlways: ingestlog.SyncAlways, config.SyncNever: ingestlog.SyncNever}[c.IngestLog.Sync],
+			Compression: map[config.Compression]ingestlog.Compression{config.CompressionNone: ingestlog.CompressionNone, config.CompressionZstd: ingestlog.CompressionZstd}[c.IngestLog.Compression],
+		},
+		Runtime:  operators.Options{DedupWindow: c.Dedup.IDs},
+		DiskCap:  c.DiskCap.Bytes,
+		HTTPAddr: c.HTTP.Addr,
+		Logger:   lg,
+	}
+	if c.Broker.URL != "" {
+		nc.Broker.Brokers = []string{c.Broker.URL}
+	}
+	if c.Broker.TLS.IsSet() {
+		nc.Broker.TLS = &mqtt.TLSConfig{CAFile: c.Broker.TLS.CAFile, CertFile: c.Broker.TLS.CertFile, KeyFile: c.Broker.TLS.KeyFile,
+			InsecureSkipVerify: c.Broker.TLS.InsecureSkipVerify, ServerName: c.Broker.TLS.ServerName}
+	}
+	if c.DiskCap.Policy == config.PolicyDropRaw {
+		lg.Warn("runnel-edge: disk_cap.policy drop_raw is not implemented yet; blocking at the cap instead")
+	}
+	// A second signal, or the shutdown timeout, ends a drain that hangs.
+	go func() {
+		<-ctx.Done()
+		time.Sleep(c.ShutdownTimeout)
+		lg.Error("runnel-edge: shutdown timed out; exiting without a final checkpoint", "timeout", c.ShutdownTimeout)
+		os.Exit(1)
+	}()
+	return edge.Run(ctx, nc)
 }
 
 func outbox(ctx context.Context, args []string) error {

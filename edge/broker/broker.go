@@ -45,7 +45,7 @@ type Stats struct {
 	ClientsConnected int64
 	MessagesReceived int64 // PUBLISH packets received from clients
 	MessagesSent     int64 // PUBLISH packets sent to subscribers
-	Inflight         int64 // QoS 1/2 messages held now
+	Inflight         int64 // QoS 1/2 messages held now (mochi's gauge; it can dip below 0)
 	InflightDropped  int64 // QoS 1/2 messages dropped: a client's MaxInflight was full
 }
 

@@ -102,7 +102,7 @@ type DiskCap struct {
 
 // Dedup configures the dropping of MQTT redeliveries by event id.
 type Dedup struct {
-	Window time.Duration // how long an event id is remembered
+	IDs int // how many of the latest event ids are remembered
 }
 
 // HTTP configures the metrics and health endpoint.

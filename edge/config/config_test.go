@@ -40,7 +40,7 @@ func wantDefaults(host string) *Config {
 		Checkpoint:      Checkpoint{Interval: time.Second},
 		IngestLog:       IngestLog{SegmentSize: 64 << 20, Sync: SyncGroup, SyncDelay: 2 * time.Millisecond, Compression: CompressionNone},
 		DiskCap:         DiskCap{Bytes: 1 << 30, Policy: PolicyBlock},
-		Dedup:           Dedup{Window: 10 * time.Minute},
+		Dedup:           Dedup{IDs: 16384},
 		HTTP:            HTTP{Addr: "127.0.0.1:9464"},
 		Log:             Log{Level: LevelInfo, Format: FormatText},
 		ShutdownTimeout: 10 * time.Second,
@@ -357,6 +357,7 @@ func TestValidate(t *testing.T) {
 		{"zero", func(c *Config) { *c = Config{} }, strings.Join([]string{
 			"edge_id: empty; leave it out to use the hostname",
 			"data_dir: empty",
+			"shutdown_timeout: must be greater than 0, got 0s",
 			"broker.embedded_addr: empty; expected host:port such as 127.0.0.1:1883",
 			`broker.client_id: empty; leave it out to use "runnel-" + edge_id`,
 			"broker.receive_maximum: 0 is out of range; must be 1 to 65535",
@@ -370,10 +371,9 @@ func TestValidate(t *testing.T) {
 			"ingest_log.sync_delay: 0s is out of range; must be 1ms to 1s",
 			`ingest_log.compression: unknown value ""; use none or zstd`,
 			`disk_cap.policy: unknown value ""; use block or drop_raw`,
-			"dedup.window: must be greater than 0, got 0s",
+			"dedup.ids: 0 is out of range; must be 1 to 16777216",
 			`log.level: unknown value ""; use info, debug, warn or error`,
 			`log.format: unknown value ""; use text or json`,
-			"shutdown_timeout: must be greater than 0, got 0s",
 		}, "\n")},
 		{"half a second", func(c *Config) { c.Broker.KeepAlive = 1500 * time.Millisecond },
 			"broker.keep_alive: 1s500ms is not a whole number of seconds (MQTT sends it in seconds)"},
@@ -625,7 +625,7 @@ func TestBrokerURL(t *testing.T) {
 // name, then flags in command-line order.
 func TestProblemOrder(t *testing.T) {
 	_, err := loadData("edge.yaml", "log: {format: x}\ncheckpoint: {interval: x}\n",
-		[]string{"--log-level=x", "--nope", "--dedup-window=x", "stray"},
+		[]string{"--log-level=x", "--nope", "--dedup-ids=x", "stray"},
 		[]string{"RUNNEL_SHUTDOWN_TIMEOUT=x", "RUNNEL_DATA_DIR="})
 	var e *Error
 	if !errors.As(err, &e) {
@@ -635,7 +635,7 @@ func TestProblemOrder(t *testing.T) {
 	for _, p := range e.Problems {
 		where = append(where, p.File+":"+p.Pos.String())
 	}
-	want := []string{"edge.yaml:1:15", "edge.yaml:2:24", "env RUNNEL_DATA_DIR:", "env RUNNEL_SHUTDOWN_TIMEOUT:", "flag --log-level:", "flag --nope:", "flag --dedup-window:", ":"}
+	want := []string{"edge.yaml:1:15", "edge.yaml:2:24", "env RUNNEL_DATA_DIR:", "env RUNNEL_SHUTDOWN_TIMEOUT:", "flag --log-level:", "flag --nope:", "flag --dedup-ids:", ":"}
 	if !slices.Equal(where, want) {
 		t.Errorf("order %q\nwant  %q\n%v", where, want, err)
 	}
@@ -737,4 +737,13 @@ func writeCert(t *testing.T, dir, name string) (ca, cert, key string) {
 	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
 	return cert, cert, key
+}
+
+// TestBadEdgeIDHidesHostname: an edge id that is given but wrong is one
+// problem; the hostname is not consulted in its place.
+func TestBadEdgeIDHidesHostname(t *testing.T) {
+	_, err := load("", []string{"--edge-id=a b"}, nil, func() (string, error) { return "bad host", nil }, readConfigFile)
+	if want := `flag --edge-id: "a b" contains ' '; use letters, digits, '.', '_' and '-'`; err == nil || err.Error() != want {
+		t.Errorf("got  %v\nwant %s", err, want)
+	}
 }

@@ -66,7 +66,7 @@
 //     ignored, since other tools may share the prefix. Where a variable
 //     repeats in environ, the first wins, as with os.Getenv.
 //   - Sub-millisecond durations are refused (spec.ParseDuration's
-//     resolution), with a message that speaks of event time.
+//     resolution); no edge setting needs finer.
 //   - YAML syntax errors are positioned by operators/spec (which knows the
 //     YAML library's quirks); their position is a line, sometimes the line
 //     where the enclosing block starts.

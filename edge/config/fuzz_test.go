@@ -38,11 +38,27 @@ func FuzzLoadSources(f *testing.F) {
 	f.Add("broker.reconnect.min", "1d", "RUNNEL_BROKER_RECONNECT_MAX", "1ms", "--http-addr", ":1883")
 	f.Add("pipelines", "[a, a]", "RUNNEL_PIPELINES", ",", "--pipeline", "[")
 	f.Add("broker.tls.cert_file", "x", "RUNNEL_BROKER_URL", "mqtts://u:p@h", "--broker-tls-insecure-skip-verify", "")
+	f.Add("log", "x", "RUNNEL_CONFIG", "", "---x", "--")
 	f.Fuzz(func(t *testing.T, path, fileVal, env, envVal, flagName, flagVal string) {
 		data := nested(path, "'"+strings.ReplaceAll(fileVal, "'", "''")+"'") + "\n"
 		args := []string{flagName + "=" + flagVal, flagName, flagVal}
 		c, err := load("fuzz.yaml", args, []string{env + "=" + envVal}, func() (string, error) { return "gw-fuzz", nil },
 			func(string) ([]byte, error) { return []byte(data), nil })
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		checkResult(t, c, err)
+	})
+}
+
+// FuzzArgs: any command line (one argument a line) is parsed without
+// panicking or looping, and gives a valid Config, flag.ErrHelp or an *Error.
+func FuzzArgs(f *testing.F) {
+	f.Add("--edge-id\ngw\n--pipeline\na/*.yaml")
+	f.Add("---x\n--\n--nope\nvalue\n-config=\nstray")
+	f.Add("--broker-tls-insecure-skip-verify\n--broker-url=mqtts://b\n-log-level=warn")
+	f.Fuzz(func(t *testing.T, text string) {
+		c, err := loadData("", "", strings.Split(text, "\n"), nil)
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}

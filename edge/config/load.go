@@ -78,7 +78,7 @@ func load(path string, args, environ []string, hostname func() (string, error), 
 		st.val.set(c, f.v)
 	}
 	v := validator{c: c, probs: &l.probs, loaded: true, where: l.where, bad: l.bad}
-	if _, set := l.vals[byPath["edge_id"]]; !set {
+	if _, set := l.vals[byPath["edge_id"]]; !set && !l.bad["edge_id"] {
 		host, err := hostname()
 		switch {
 		case err != nil:
@@ -108,7 +108,7 @@ func defaults() *Config {
 		if st.def != "" {
 			v, err := st.val.parse(st.def)
 			if err != nil {
-				panic("config: default of " + st.path + ": " + err.Error()) // a bug in the table; TestDefaults catches it
+				panic("config: default of " + st.path + ": " + err.Error()) // a bug in the table; TestSettingsTable catches it
 			}
 			st.val.set(c, v)
 		}

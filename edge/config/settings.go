@@ -43,6 +43,10 @@ var settings = []*setting{
 		doc: "Pipeline spec files, or globs such as pipelines/*.yaml. The flag can be repeated; the variable is comma-separated.",
 		val: pathsVal(func(c *Config) *[]string { return &c.Pipelines }, checkPipeline)},
 
+	{path: "shutdown_timeout", flag: "shutdown-timeout", env: "RUNNEL_SHUTDOWN_TIMEOUT", def: "10s",
+		doc: "How long a stop (SIGTERM) may take to checkpoint and drain before the edge exits anyway; the next start replays from the last checkpoint.",
+		val: durVal(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, positive)},
+
 	{path: "broker.url", flag: "broker-url", env: "RUNNEL_BROKER_URL", example: "mqtts://broker.example.com:8883",
 		doc: "MQTT broker to read from: mqtt://host:port or tcp://host:port (plain), mqtts://host:port (TLS). Empty: start the embedded broker on broker.embedded_addr.",
 		val: strVal(func(c *Config) *string { return &c.Broker.URL }, checkBrokerURL)},
@@ -116,9 +120,9 @@ var settings = []*setting{
 		doc: "At the cap: block (stop acknowledging MQTT; the broker holds the data, up to its own limits) or drop_raw (delete the oldest raw ingest log data first; aggregates are never dropped).",
 		val: enumVal(func(c *Config) *DiskPolicy { return &c.DiskCap.Policy }, PolicyBlock, PolicyDropRaw)},
 
-	{path: "dedup.window", flag: "dedup-window", env: "RUNNEL_DEDUP_WINDOW", def: "10m",
-		doc: "How long event ids are remembered to drop MQTT redeliveries, for pipelines that declare event_id. A redelivery later than this counts twice.",
-		val: durVal(func(c *Config) *time.Duration { return &c.Dedup.Window }, positive)},
+	{path: "dedup.ids", flag: "dedup-ids", env: "RUNNEL_DEDUP_IDS", def: "16384",
+		doc: "How many of the latest event ids each pipeline that declares event_id remembers to drop MQTT redeliveries (1 to 16777216). Redeliveries are the unacknowledged tail, bounded by the receive maximum and one group commit, so a few thousand suffice; a redelivery older than this many messages counts twice.",
+		val: intVal(func(c *Config) *int { return &c.Dedup.IDs }, 1, 1<<24)},
 
 	{path: "http.addr", flag: "http-addr", env: "RUNNEL_HTTP_ADDR", def: "127.0.0.1:9464",
 		doc: "host:port of the HTTP server for /metrics (Prometheus) and /healthz. Empty: no HTTP server.",
@@ -130,10 +134,6 @@ var settings = []*setting{
 	{path: "log.format", flag: "log-format", env: "RUNNEL_LOG_FORMAT", def: "text",
 		doc: "Log format: text (key=value) or json.",
 		val: enumVal(func(c *Config) *LogFormat { return &c.Log.Format }, FormatText, FormatJSON)},
-
-	{path: "shutdown_timeout", flag: "shutdown-timeout", env: "RUNNEL_SHUTDOWN_TIMEOUT", def: "10s",
-		doc: "How long a stop (SIGTERM) may take to checkpoint and drain before the edge exits anyway; the next start replays from the last checkpoint.",
-		val: durVal(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, positive)},
 }
 
 // configFlag and configEnv name the config file; they are not settings

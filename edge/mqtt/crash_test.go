@@ -66,7 +66,7 @@ func crashChild() bool {
 func TestCrashedProcessRedelivery(t *testing.T) {
 	const n, acked, later = 100, 40, 10
 	m := testbroker.Start(t)
-	b := brokerUnderTest{name: "mosquitto", hostPort: m.HostPort(), ordered: true, settle: func(*testing.T) {}}
+	b := mosquittoUnderTest(m)
 
 	exe, err := os.Executable()
 	if err != nil {

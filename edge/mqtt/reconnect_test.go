@@ -24,6 +24,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 type scriptedBroker struct {
 	t         *testing.T
 	failFirst int
+	refuse    string // a filter whose subscription is refused (not authorized)
 
 	mu    sync.Mutex
 	dials []time.Time
@@ -62,12 +63,20 @@ func (b *scriptedBroker) serve(c net.Conn) {
 		switch p := cp.Content.(type) {
 		case *packets.Connect:
 			reply = packets.NewControlPacket(packets.CONNACK)
-			reply.Content.(*packets.Connack).SessionPresent = !p.CleanStart
+			ca := reply.Content.(*packets.Connack)
+			ca.SessionPresent = !p.CleanStart
+			if p.ClientID == "" {
+				ca.Properties = &packets.Properties{AssignedClientID: "assigned-1"}
+			}
 		case *packets.Subscribe:
 			reply = packets.NewControlPacket(packets.SUBACK)
 			sa := reply.Content.(*packets.Suback)
 			sa.PacketID = p.PacketID
 			for _, s := range p.Subscriptions {
+				if s.Topic == b.refuse {
+					sa.Reasons = append(sa.Reasons, 0x87) // not authorized
+					continue
+				}
 				sa.Reasons = append(sa.Reasons, s.QoS)
 			}
 		case *packets.Pingreq:
@@ -293,4 +302,38 @@ func since(t0 time.Time, ts []time.Time) []time.Duration {
 		out = append(out, t.Sub(t0))
 	}
 	return out
+}
+
+// With no ClientID (CleanStart) the broker assigns one; reconnects reuse it
+// so that the session survives them. A refused filter is counted and the
+// others stay subscribed.
+func TestAssignedClientIDAndRefusedFilter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &scriptedBroker{t: t, refuse: "secret/#"}
+		cfg := Config{Brokers: []string{"mqtt://x"}, CleanStart: true, Logger: quietLogger(),
+			Topics: []Subscription{{Filter: "s/#", QoS: 1}, {Filter: "secret/#", QoS: 1}}}
+		src, err := start(t.Context(), cfg, func(Message, func()) {}, testHooks{dial: b.dial})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := src.WaitConnected(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		b.drop()
+		synctest.Wait()
+		if err := src.WaitConnected(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		cs := packetsOf[*packets.Connect](b)
+		if len(cs) != 2 || cs[0].ClientID != "" || !cs[0].CleanStart || cs[1].ClientID != "assigned-1" || cs[1].CleanStart {
+			t.Fatalf("CONNECTs: %v", cs)
+		}
+		if st := src.Stats(); st.SubscribeErrors != 2 { // refused on each of the two connections
+			t.Fatalf("Stats() = %+v, want 2 subscribe errors", st)
+		}
+		if err := src.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		b.wg.Wait()
+	})
 }

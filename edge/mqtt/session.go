@@ -44,6 +44,8 @@ type acker struct {
 	base   uint64 // sequence number of window[0]
 	window []pendingAck
 
+	scratch packets.Publish // reused for each ack; paho's Ack does not keep it
+
 	sent     atomic.Uint64 // acknowledgements written to a connection
 	stale    atomic.Uint64 // acks dropped: their connection was gone
 	overflow atomic.Uint64 // messages received beyond Receive Maximum
@@ -99,7 +101,8 @@ func (a *acker) ack(gen, seq uint64) bool {
 		p := a.window[n]
 		// Errors are connection errors: paho's reader sees the same
 		// broken connection and reconnects; the broker redelivers.
-		_ = a.inner.Ack(&packets.Publish{PacketID: p.id, QoS: p.qos})
+		a.scratch.PacketID, a.scratch.QoS = p.id, p.qos
+		_ = a.inner.Ack(&a.scratch)
 		a.sent.Add(1)
 		n++
 	}

@@ -76,7 +76,10 @@ type Source struct {
 
 	// inbox carries messages from paho's callback to the delivery
 	// goroutine, so that paho never runs user code and Close can always
-	// unblock it.
+	// unblock it. Its capacity is ReceiveMaximum up to maxInbox; beyond
+	// that, paho's own buffer (ReceiveMaximum deep) takes the rest, so the
+	// connection's reader still never blocks on a broker that keeps to
+	// Receive Maximum.
 	inbox chan delivery
 	// stop is closed by Close: no more deliveries.
 	stop   chan struct{}
@@ -95,6 +98,10 @@ type Source struct {
 	received, redelivered, acked                 atomic.Uint64
 	connects, reconnects, connectFails, subFails atomic.Uint64
 }
+
+// maxInbox caps the inbox so that a large ReceiveMaximum (the embedded
+// broker wants 65535) does not allocate megabytes up front.
+const maxInbox = 1024
 
 type delivery struct {
 	msg      Message
@@ -131,7 +138,7 @@ func start(ctx context.Context, cfg Config, h Handler, hooks testHooks) (*Source
 		h:        h,
 		back:     backoff{min: cfg.ConnectRetryMin, max: cfg.ConnectRetryMax, rand: rand.Float64},
 		acks:     newAcker(cfg.ReceiveMaximum),
-		inbox:    make(chan delivery, int(cfg.ReceiveMaximum)),
+		inbox:    make(chan delivery, min(int(cfg.ReceiveMaximum), maxInbox)),
 		stop:     make(chan struct{}),
 		ran:      make(chan struct{}),
 		served:   make(chan struct{}),
@@ -332,7 +339,7 @@ func (s *Source) run(ctx context.Context) {
 				return
 			}
 		}
-		cli, since, err := s.connect(ctx, first)
+		c, err := s.connect(ctx, first)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -343,43 +350,73 @@ func (s *Source) run(ctx context.Context) {
 			continue
 		}
 		first = false
-		if err := s.subscribe(ctx, cli); err != nil {
+		if err := s.subscribe(ctx, c.cli); err != nil {
 			if ctx.Err() == nil {
 				s.log.Error("mqtt: subscribe failed; reconnecting", "error", err)
 			}
-			_ = cli.Disconnect(&paho.Disconnect{ReasonCode: 0x80}) // unspecified error
+			_ = c.cli.Disconnect(&paho.Disconnect{ReasonCode: 0x80}) // unspecified error
 		} else {
 			s.setConnected(true)
 		}
 		select {
-		case <-cli.Done():
+		case <-c.cli.Done():
 			s.setConnected(false)
 			s.reconnects.Add(1)
-			if time.Since(since) >= stableAfter {
+			if time.Since(c.since) >= stableAfter {
 				retry = 0
 			}
 			retry++ // the first reconnect waits too: the broker is likely restarting
 			wait = s.back.delay(retry)
-			s.log.Warn("mqtt: connection lost; reconnecting", "up_for", time.Since(since).String(), "retry_in", wait.String())
+			s.log.Warn("mqtt: connection lost; reconnecting", "up_for", time.Since(c.since).String(), "retry_in", wait.String())
 		case <-ctx.Done():
 			s.setConnected(false)
-			// A normal DISCONNECT keeps the session (with its expiry).
-			_ = cli.Disconnect(&paho.Disconnect{ReasonCode: 0})
-			<-cli.Done()
-			s.log.Info("mqtt: disconnected")
+			s.disconnect(c)
 			return
 		}
 	}
 }
 
-// connect tries each broker in order and returns the first connected
-// client, with the time the connection came up.
-func (s *Source) connect(ctx context.Context, first bool) (*paho.Client, time.Time, error) {
+// disconnectWait bounds how long Close waits for the broker to close the
+// connection after our DISCONNECT.
+const disconnectWait = 2 * time.Second
+
+// disconnect ends a connection cleanly: a normal DISCONNECT (the broker
+// keeps the session, with its expiry), then it waits for the broker to
+// close the connection, which it does only after it has read everything we
+// sent before. paho's own Disconnect closes the socket at once; if the next
+// source with this ClientID then connects before the broker has read the
+// last PUBACKs, the broker takes the session over and never reads them,
+// and redelivers those messages (seen with Mosquitto under load).
+func (s *Source) disconnect(c conn) {
+	dp := packets.NewControlPacket(packets.DISCONNECT)
+	if _, err := dp.WriteTo(c.net); err == nil {
+		t := time.NewTimer(disconnectWait)
+		select {
+		case <-c.cli.Done(): // the broker closed the connection
+		case <-t.C:
+			s.log.Warn("mqtt: broker did not close the connection after DISCONNECT", "waited", disconnectWait.String())
+		}
+		t.Stop()
+	}
+	// Closing the socket ends paho's reader, and with it the client.
+	_ = c.net.Close()
+	<-c.cli.Done()
+	s.log.Info("mqtt: disconnected")
+}
+
+// conn is one live MQTT connection.
+type conn struct {
+	cli   *paho.Client
+	net   net.Conn // what cli writes to
+	since time.Time
+}
+
+func (s *Source) connect(ctx context.Context, first bool) (conn, error) {
 	var errs []error
 	for _, u := range s.brokers {
-		cli, err := s.connectTo(ctx, u, first)
+		c, err := s.connectTo(ctx, u, first)
 		if err == nil {
-			return cli, time.Now(), nil
+			return c, nil
 		}
 		s.connectFails.Add(1)
 		errs = append(errs, err)
@@ -387,27 +424,27 @@ func (s *Source) connect(ctx context.Context, first bool) (*paho.Client, time.Ti
 			break
 		}
 	}
-	return nil, time.Time{}, errors.Join(errs...)
+	return conn{}, errors.Join(errs...)
 }
 
-func (s *Source) connectTo(ctx context.Context, u *url.URL, first bool) (*paho.Client, error) {
+func (s *Source) connectTo(ctx context.Context, u *url.URL, first bool) (conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
-	conn, err := s.dial(ctx, u)
+	nc, err := s.dial(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", u.Redacted(), err)
+		return conn{}, fmt.Errorf("%s: %w", u.Redacted(), err)
 	}
-	if _, ok := conn.(*net.TCPConn); !ok {
+	if _, ok := nc.(*net.TCPConn); !ok {
 		// paho writes a packet as net.Buffers: one writev on a
 		// *net.TCPConn, which is atomic (the fd's write lock is held for
 		// it), but several Write calls on anything else (tls.Conn), which
 		// concurrent writers (acks, pings, subscribes) would interleave.
 		// The lock costs a syscall per buffer, so TCP goes without it.
-		conn = packets.NewThreadSafeConn(conn)
+		nc = packets.NewThreadSafeConn(nc)
 	}
 	cli := paho.NewClient(paho.ClientConfig{
 		ClientID:          s.currentClientID(),
-		Conn:              conn,
+		Conn:              nc,
 		Session:           s.acks,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){s.onPublish},
 		PacketTimeout:     s.cfg.ConnectTimeout,
@@ -440,9 +477,9 @@ func (s *Source) connectTo(ctx context.Context, u *url.URL, first bool) (*paho.C
 	if err != nil {
 		// paho closes conn on a failed Connect.
 		if ca != nil {
-			return nil, fmt.Errorf("%s: refused: reason code %#x: %w", u.Redacted(), ca.ReasonCode, err)
+			return conn{}, fmt.Errorf("%s: refused: reason code %#x: %w", u.Redacted(), ca.ReasonCode, err)
 		}
-		return nil, fmt.Errorf("%s: %w", u.Redacted(), err)
+		return conn{}, fmt.Errorf("%s: %w", u.Redacted(), err)
 	}
 	s.connects.Add(1)
 	if ca.Properties != nil && ca.Properties.AssignedClientID != "" {
@@ -457,7 +494,7 @@ func (s *Source) connectTo(ctx context.Context, u *url.URL, first bool) (*paho.C
 		s.log.Warn("mqtt: broker has no session for this client; queued messages, if any, are lost", "broker", u.Redacted())
 	}
 	s.log.Info("mqtt: connected", "broker", u.Redacted(), "session_present", ca.SessionPresent)
-	return cli, nil
+	return conn{cli: cli, net: nc, since: time.Now()}, nil
 }
 
 func (s *Source) currentClientID() string {
