@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -112,6 +113,10 @@ func (n *node) healthy() string {
 func (n *node) serveHTTP(ctx context.Context, addr string) (func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.registry(), promhttp.HandlerOpts{}))
+	// Profiles for the operator of a gateway; the server binds to loopback
+	// by default.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if why := n.healthy(); why != "" {
 			http.Error(w, why, http.StatusServiceUnavailable)

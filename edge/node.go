@@ -289,6 +289,11 @@ func (n *node) run(ctx context.Context) error {
 	if len(mc.Brokers) == 0 {
 		mc.Brokers = []string{url}
 	}
+	if brk != nil {
+		// The embedded broker (mochi) loses and stalls QoS 1 messages
+		// parked beyond a subscriber's Receive Maximum: never let it park.
+		mc.ReceiveMaximum = broker.DefaultMaxInflight
+	}
 	mc.Topics = subs
 	if mc.Logger == nil {
 		mc.Logger = n.lg
@@ -426,6 +431,7 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		return nil
 	}
 	draining := false
+	lastFlush := time.Now()
 	for {
 		rec, pos, err := rd.Next()
 		switch {
@@ -461,12 +467,18 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		if draining {
 			return barrier()
 		}
-		for _, ps := range n.pipes {
-			if err := ps.rt.Tick(time.Now()); err != nil {
-				return err
+		// Caught up. Flush partial batches (so results and the watermark
+		// move) at most every flushEvery: flushing whenever the reader
+		// catches up would send one-record batches at low rates.
+		if now := time.Now(); now.Sub(lastFlush) >= flushEvery {
+			lastFlush = now
+			for _, ps := range n.pipes {
+				if err := ps.rt.Tick(now); err != nil {
+					return err
+				}
 			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		wctx, cancel := context.WithTimeout(ctx, flushEvery)
 		err = n.log.WaitDurable(wctx, next)
 		cancel()
 		select {
@@ -482,6 +494,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		}
 	}
 }
+
+// flushEvery is how often the pump flushes partial batches when it has
+// caught up with the log.
+const flushEvery = 25 * time.Millisecond
 
 func matches(p *operators.Pipeline, topic string) bool {
 	m := p.Spec.Source.MQTT

@@ -1,0 +1,154 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/runnel-io/runnel/internal/testbroker"
+)
+
+const benchEdgeSpec = `name: bench
+source: {mqtt: {topic: "plant/+/temp", qos: 1}}
+event_time: {field: ts, unit: ms}
+event_id: [device, seq]
+key: [device]
+watermark: {max_out_of_order: 5s}
+window: {tumbling: 1s}
+aggregates: {readings: count(), avg_temp: avg(temp), max_temp: max(temp)}
+`
+
+// procCPU returns the CPU time (user + system) process pid has used.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// procPeakRSS returns the peak resident set of process pid in bytes.
+func procPeakRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// BenchmarkEdgeIngest sends QoS 1 readings of 10^5 devices through a real
+// Mosquitto, side by side to a real runnel-edge process (ingest log with
+// group commit, decode, 1 s tumbling count/avg/max per device, checkpoints
+// every second) and to a bare paho.golang subscriber that does nothing.
+// It reports the message rate of each (their ratio is the figure), the
+// edge's CPU time per 100k messages and its peak RSS.
+func BenchmarkEdgeIngest(b *testing.B) {
+	const devices = 100_000
+	payloads := make([][]byte, 0, 1<<16)
+	rng := rand.New(rand.NewPCG(5, 5))
+	for range cap(payloads) {
+		payloads = append(payloads, nil)
+	}
+	mk := func(i int) []byte {
+		return fmt.Appendf(payloads[i%len(payloads)][:0], `{"device":"sensor-%06d","seq":%d,"ts":%d,"temp":%.2f}`,
+			rng.IntN(devices), i, 1_767_225_600_000+int64(i/20), 15+rng.Float64()*20)
+	}
+	b.Run("receiver=runnel-edge", func(b *testing.B) {
+		dir := b.TempDir()
+		bin := filepath.Join(dir, "runnel-edge")
+		if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
+			b.Fatalf("build: %v\n%s", err, out)
+		}
+		spec := filepath.Join(dir, "bench.yaml")
+		os.WriteFile(spec, []byte(benchEdgeSpec), 0o644)
+		m := testbroker.Start(b)
+		cmd := exec.Command(bin, "--pipeline", spec, "--data-dir", filepath.Join(dir, "data"), "--broker-url", m.Addr(),
+			"--edge-id", "bench", "--http-addr", "127.0.0.1:19481", "--log-level", "warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+		in := func() int64 {
+			v := metricValue("127.0.0.1:19481", "runnel_edge_records_in_total")
+			n, _ := strconv.ParseFloat(v, 64)
+			return int64(n)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for metricValue("127.0.0.1:19481", "runnel_edge_mqtt_connected") != "1" {
+			if time.Now().After(deadline) {
+				b.Fatal("edge did not connect")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		pub := testbroker.NewPublisher(b, m.HostPort())
+		cpu0 := procCPU(cmd.Process.Pid)
+		sent := 0
+		for b.Loop() {
+			for range 1000 {
+				if err := pub.PublishAsync(context.Background(), "plant/north/temp", mk(sent), 1); err != nil {
+					b.Fatal(err)
+				}
+				sent++
+			}
+			for in() < int64(sent) {
+				time.Sleep(20 * time.Millisecond) // a scrape costs the edge CPU: not too often
+			}
+		}
+		cpu := procCPU(cmd.Process.Pid) - cpu0
+		b.ReportMetric(float64(sent)/b.Elapsed().Seconds(), "msgs/s")
+		b.ReportMetric(cpu.Seconds()*100_000/float64(sent), "edge-cpu-s/100k")
+		b.ReportMetric(float64(procPeakRSS(cmd.Process.Pid))/(1<<20), "edge-peak-rss-MiB")
+	})
+	b.Run("receiver=bare-paho", func(b *testing.B) {
+		m := testbroker.Start(b)
+		var got atomic.Int64
+		rm := uint16(64)
+		ctx := context.Background()
+		cli, err := testbroker.Dial(ctx, m.HostPort(), paho.ClientConfig{ClientID: "bench-bare",
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) {
+				got.Add(1)
+				return true, nil
+			}}}, &paho.Connect{ClientID: "bench-bare", CleanStart: true, KeepAlive: 30, Properties: &paho.ConnectProperties{ReceiveMaximum: &rm}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { cli.Disconnect(&paho.Disconnect{}); <-cli.Done() }()
+		if _, err := cli.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "plant/#", QoS: 1}}}); err != nil {
+			b.Fatal(err)
+		}
+		pub := testbroker.NewPublisher(b, m.HostPort())
+		sent := 0
+		for b.Loop() {
+			for range 1000 {
+				if err := pub.PublishAsync(ctx, "plant/north/temp", mk(sent), 1); err != nil {
+					b.Fatal(err)
+				}
+				sent++
+			}
+			for got.Load() < int64(sent) {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		b.ReportMetric(float64(sent)/b.Elapsed().Seconds(), "msgs/s")
+	})
+}
