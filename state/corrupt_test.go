@@ -50,8 +50,12 @@ func readModel(s *state.Store) (fileModel, error) {
 			if err != nil {
 				return m, err
 			}
-			// Get must agree with Scan, key by key.
-			for _, e := range got {
+			// Get must agree with Scan (a sample of keys: every Get here
+			// is a read transaction).
+			for i, e := range got {
+				if i%5 != 0 {
+					continue
+				}
 				v, ok, err := n.Get(g, []byte(e.k))
 				if err != nil {
 					return m, err
@@ -236,7 +240,7 @@ func TestCorruptFile(t *testing.T) {
 	})
 	t.Run("flip", func(t *testing.T) {
 		rejected, opened := 0, 0
-		for i := range 800 {
+		for i := range 500 {
 			b := bytes.Clone(data)
 			var where []string
 			for range 1 + rng.IntN(3) {

@@ -11,7 +11,7 @@
 // the same group the dataflow routes the key's records by, so that one
 // worker owns a group and a range of groups can later move to another worker
 // or host. In the file each (namespace, group) is its own bucket, so a group
-// is scanned, dropped or copied without touching the others; the byte layout
+// is scanned or moved without touching the others; the byte layout
 // is in docs/formats/state-layout.md.
 //
 // Get, Put and Delete go through a cache. Put and Delete only mark the entry
@@ -69,6 +69,11 @@
 // used by one goroutine at a time. Namespace, Stats, View and Update are
 // safe for concurrent use. Close must not run concurrently with anything but
 // a Handoff.Write, which it waits for.
+//
+// The fn given to Commit, Write, View or Update runs inside a bbolt
+// transaction: it may use its Tx and the cache methods, but must not call
+// Commit, Write, Update or View, which would wait for the transaction it
+// runs in.
 //
 // # Integrity
 //

@@ -86,12 +86,25 @@ var metaSeed = nameSeed(domainMeta, "")
 // payload: CRC-32C over seed's bytes || uvarint(len(key)) || key || payload.
 // The key length makes the split between key and payload unambiguous.
 func recordCRC(seed uint32, key, payload []byte) uint32 {
-	var l [binary.MaxVarintLen64]byte
-	n := binary.PutUvarint(l[:], uint64(len(key)))
-	c := crc32.Update(seed, castagnoli, l[:n])
+	var c uint32
+	if len(key) < len(smallUvarints) {
+		// A stack buffer would escape through crc32's function value;
+		// the one-byte encodings of small lengths are a static table.
+		c = crc32.Update(seed, castagnoli, smallUvarints[len(key):len(key)+1])
+	} else {
+		c = crc32.Update(seed, castagnoli, binary.AppendUvarint(nil, uint64(len(key))))
+	}
 	c = crc32.Update(c, castagnoli, key)
 	return crc32.Update(c, castagnoli, payload)
 }
+
+// smallUvarints[i] is the uvarint encoding of i, for i < 128.
+var smallUvarints = func() (t [128]byte) {
+	for i := range t {
+		t[i] = byte(i)
+	}
+	return t
+}()
 
 // appendRecord appends the record of payload under key to dst and returns
 // the extended slice and the record's CRC.

@@ -2,7 +2,9 @@ package state
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"testing"
 )
 
@@ -38,6 +40,24 @@ func TestRecord(t *testing.T) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
 		})
+	}
+}
+
+// TestRecordCRCDefinition pins recordCRC to the definition in
+// docs/formats/state-layout.md, on both sides of the one-byte length.
+func TestRecordCRCDefinition(t *testing.T) {
+	seed := nameSeed(domainSys, "outbox")
+	for _, n := range []int{0, 1, 127, 128, 300, 20000} {
+		key := bytes.Repeat([]byte{'k'}, n)
+		in := append(binary.AppendUvarint(nil, uint64(n)), key...)
+		in = append(in, "payload"...)
+		if got, want := recordCRC(seed, key, []byte("payload")), crc32.Update(seed, castagnoli, in); got != want {
+			t.Fatalf("key of %d bytes: %08x, want %08x", n, got, want)
+		}
+	}
+	want := crc32.Checksum(append([]byte{'y', 6}, "outbox"...), castagnoli)
+	if seed != want {
+		t.Fatalf("seed %08x, want %08x", seed, want)
 	}
 }
 

@@ -135,18 +135,19 @@ func TestModel(t *testing.T) {
 			}
 		}()
 		t.Repeat(map[string]func(*rapid.T){
-			"put":         m.put,
-			"delete":      m.delete,
-			"get":         m.get,
-			"scan":        m.scan,
-			"commit":      m.commit,
-			"failCommit":  m.failCommit,
-			"begin":       m.begin,
-			"write":       m.write,
-			"failWrite":   m.failWrite,
-			"abort":       m.abort,
-			"crashReopen": m.crashReopen,
-			"":            m.checkAll,
+			"put":          m.put,
+			"delete":       m.delete,
+			"deletePrefix": m.deletePrefix,
+			"get":          m.get,
+			"scan":         m.scan,
+			"commit":       m.commit,
+			"failCommit":   m.failCommit,
+			"begin":        m.begin,
+			"write":        m.write,
+			"failWrite":    m.failWrite,
+			"abort":        m.abort,
+			"crashReopen":  m.crashReopen,
+			"":             m.checkAll,
 		})
 	})
 }
@@ -179,6 +180,21 @@ func (m *modelMachine) delete(t *rapid.T) {
 		}
 	}
 	m.current.set(k, key, nil)
+}
+
+func (m *modelMachine) deletePrefix(t *rapid.T) {
+	k := mkey{genNS.Draw(t, "ns"), genGroup.Draw(t, "group")}
+	prefix := string(rapid.SliceOfN(rapid.ByteRange('a', 'c'), 0, 2).Draw(t, "prefix"))
+	want := len(sortedKV(m.current[k], prefix))
+	for _, u := range m.stores {
+		got, err := u.ns[k.ns].DeletePrefix(k.group, []byte(prefix))
+		if err != nil || got != want {
+			t.Fatalf("%s: DeletePrefix(%q) = %d, %v; model %d", u.name, prefix, got, err, want)
+		}
+	}
+	for _, e := range sortedKV(m.current[k], prefix) {
+		m.current.set(k, e.k, nil)
+	}
 }
 
 func (m *modelMachine) get(t *rapid.T) {

@@ -184,3 +184,16 @@ func compareKey(a string, b []byte) int {
 	}
 	return 0
 }
+
+// DeletePrefix deletes every key of group that starts with prefix (every
+// key, for an empty prefix) and returns how many it deleted. It is a Scan
+// that deletes as it goes, so it costs a Scan plus one Delete per key; like
+// Delete, the deletions reach the file at the next commit.
+func (n *Namespace) DeletePrefix(group int, prefix []byte) (int, error) {
+	deleted := 0
+	err := n.ScanPrefix(group, prefix, func(k, _ []byte) error {
+		deleted++
+		return n.Delete(group, k)
+	})
+	return deleted, err
+}

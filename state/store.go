@@ -310,7 +310,8 @@ func (s *Store) guard(op string, write bool, f func() error) (err error) {
 		}
 		err = corruptf("state: %s %s: bbolt panicked on a damaged page: %v", op, s.path, r)
 		if write {
-			s.poisoned.CompareAndSwap(nil, &err)
+			first := err
+			s.poisoned.CompareAndSwap(nil, &first)
 		}
 	}()
 	err = f()

@@ -525,3 +525,44 @@ func TestHotPathAllocs(t *testing.T) {
 		t.Fatalf("Put+Get of a cached key: %.1f allocations, want 0", allocs)
 	}
 }
+
+func TestDeletePrefix(t *testing.T) {
+	for _, cache := range []int64{1 << 30, 1} {
+		t.Run(fmt.Sprintf("cache=%d", cache), func(t *testing.T) {
+			s, path := tempStore(t, testOpts(2, cache))
+			n := nsT(t, s, "ns")
+			for _, k := range []string{"a1", "a2", "a3", "b1"} {
+				mustPut(t, n, 1, k, "disk")
+			}
+			mustPut(t, n, 0, "a1", "other group")
+			if _, err := s.Commit(nil); err != nil {
+				t.Fatal(err)
+			}
+			mustPut(t, n, 1, "a4", "dirty")
+			if err := n.Delete(1, []byte("a2")); err != nil {
+				t.Fatal(err)
+			}
+			got, err := n.DeletePrefix(1, []byte("a"))
+			if err != nil || got != 3 {
+				t.Fatalf("DeletePrefix(a) = %d, %v; want 3 (a1, a3, a4)", got, err)
+			}
+			want := []kv{{"b1", "disk"}}
+			if got := scanAll(t, n, 1, nil); !slices.Equal(got, want) {
+				t.Fatalf("after DeletePrefix: %v", got)
+			}
+			if _, err := s.Commit(nil); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			s = openT(t, path, testOpts(2, cache))
+			defer s.Close()
+			n = nsT(t, s, "ns")
+			if got := scanAll(t, n, 1, nil); !slices.Equal(got, want) {
+				t.Fatalf("after reopen: %v", got)
+			}
+			if v, ok := mustGet(t, n, 0, "a1"); !ok || v != "other group" {
+				t.Fatalf("other group: %q, %v", v, ok)
+			}
+		})
+	}
+}

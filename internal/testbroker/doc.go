@@ -46,6 +46,9 @@
 //   - The free port is found by binding :0 and closing it, so another
 //     process can take it before Mosquitto binds it; Start then fails with
 //     the broker's log. On this machine that has not been seen.
+//   - On Linux the broker is started with PR_SET_PDEATHSIG, so a test
+//     process that dies without running its cleanups (a panic, -timeout)
+//     takes its brokers with it instead of leaving them running.
 //   - Stop, Kill and Restart call t.Fatal on failure, so, like every
 //     testing.TB method that may stop the test, they must be called from
 //     the test goroutine.

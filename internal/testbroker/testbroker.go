@@ -266,6 +266,7 @@ func (m *Mosquitto) start() {
 		return
 	}
 	cmd := exec.Command(m.bin, "-c", m.conf)
+	dieWithParent(cmd)
 	// Mosquitto logs to its file; anything on stdout/stderr comes before
 	// the log file is open (config errors) and is kept for the failure.
 	var out bytes.Buffer
