@@ -26,7 +26,8 @@ type status struct {
 	checkpointBytes atomic.Int64 // bytes of state changes in the last checkpoint
 	checkpointErr   atomic.Value // string: the last commit error, "" when fine
 	pumpAlive       atomic.Bool
-	capBlocked      atomic.Bool  // the disk cap holds MQTT messages back
+	capBlocked      atomic.Bool // the disk cap holds MQTT messages back
+	capWaits        atomic.Uint64
 	outboxBytes     atomic.Int64 // bytes committed to the outbox
 	src             atomic.Pointer[mqtt.Source]
 }
@@ -79,6 +80,9 @@ func (n *node) registry() *prometheus.Registry {
 	})
 	gauge("runnel_edge_outbox_bytes", "Bytes of window results in the outbox.", func() float64 {
 		return float64(n.status.outboxBytes.Load())
+	})
+	counter("runnel_edge_disk_cap_waits_total", "Times the disk cap held MQTT messages back.", func() float64 {
+		return float64(n.status.capWaits.Load())
 	})
 	gauge("runnel_edge_disk_cap_blocked", "1 while the disk cap holds MQTT messages at the broker.", func() float64 {
 		if n.status.capBlocked.Load() {

@@ -358,21 +358,7 @@ func (n *node) run(ctx context.Context) error {
 // handle is the MQTT handler: append, and acknowledge once durable.
 func (n *node) handle(m mqtt.Message, ack func()) {
 	if n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap {
-		// Block the handler: paho delivers nothing more, the broker stops
-		// at Receive Maximum and keeps the rest.
-		n.status.capBlocked.Store(true)
-		n.lg.Warn("edge: disk cap reached; holding MQTT messages at the broker", "cap", n.cfg.DiskCap, "used", n.diskUsed())
-		for n.diskUsed() >= n.cfg.DiskCap {
-			select {
-			case <-n.closing:
-				// Stopping: leave it unacknowledged; the broker redelivers
-				// it to the next session.
-				n.status.capBlocked.Store(false)
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		n.status.capBlocked.Store(false)
+		n.waitForDisk()
 	}
 	rec := encodeRecord(nil, m.Topic, m.Payload)
 	pos, err := n.log.Append(context.Background(), rec)
@@ -383,6 +369,26 @@ func (n *node) handle(m mqtt.Message, ack func()) {
 	n.acks.push(pos, ack)
 	// The commit may have happened between Append and push.
 	n.acks.durable(n.log.Durable())
+}
+
+// waitForDisk blocks the MQTT handler while the disk cap is reached: paho
+// delivers nothing more and the broker keeps the rest. When the node stops
+// meanwhile it returns, and the message it was holding is taken after all:
+// a message handed to the handler and returned from without an ack was seen
+// to be lost (not redelivered) on the next session, so the handler never
+// does that.
+func (n *node) waitForDisk() {
+	n.status.capWaits.Add(1)
+	n.status.capBlocked.Store(true)
+	defer n.status.capBlocked.Store(false)
+	n.lg.Warn("edge: disk cap reached; holding MQTT messages at the broker", "cap", n.cfg.DiskCap, "used", n.diskUsed())
+	for n.diskUsed() >= n.cfg.DiskCap {
+		select {
+		case <-n.closing:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (n *node) diskUsed() int64 { return n.log.Size() + n.status.outboxBytes.Load() }
