@@ -269,18 +269,22 @@ func (n *node) run(ctx context.Context) error {
 		n.status.pumpAlive.Store(false)
 		pumpDone <- err
 	}()
+	// abort undoes the start when a later step fails.
+	abort := func(err error) error {
+		close(drain)
+		<-pumpDone
+		stopWork()
+		g.Wait()
+		n.closeAll(ctx)
+		if brk != nil {
+			brk.Close(context.Background())
+		}
+		return err
+	}
 	if cfg.HTTPAddr != "" {
 		stopHTTP, err := n.serveHTTP(ctx, cfg.HTTPAddr)
 		if err != nil {
-			close(drain)
-			<-pumpDone
-			stopWork()
-			g.Wait()
-			n.closeAll(ctx)
-			if brk != nil {
-				brk.Close(context.Background())
-			}
-			return err
+			return abort(err)
 		}
 		defer stopHTTP()
 	}
@@ -300,15 +304,7 @@ func (n *node) run(ctx context.Context) error {
 	}
 	src, err := mqtt.Start(ctx, mc, n.handle)
 	if err != nil {
-		close(drain)
-		<-pumpDone
-		stopWork()
-		g.Wait()
-		n.closeAll(ctx)
-		if brk != nil {
-			brk.Close(context.Background())
-		}
-		return fmt.Errorf("edge: mqtt source: %w", err)
+		return abort(fmt.Errorf("edge: mqtt source: %w", err))
 	}
 	n.status.src.Store(src)
 	if cfg.Started != nil {

@@ -49,7 +49,22 @@ type cut struct {
 	id      uint64
 	results map[string][]summary // outputs before the barrier
 	late    int
-	entries [][3][]byte // hash (8 bytes), key, value
+	entries []entry
+}
+
+type entry struct {
+	hash       uint64
+	key, value []byte
+}
+
+// restore is an Options.Restore that loads the cut's state.
+func (c cut) restore(fn func(uint64, []byte, []byte) error) error {
+	for _, e := range c.entries {
+		if err := fn(e.hash, e.key, e.value); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *checkpointing) Barrier(b *operators.Barrier) error {
@@ -72,7 +87,7 @@ func (c *checkpointing) Barrier(b *operators.Barrier) error {
 		return err
 	}
 	for key, e := range c.store {
-		k.entries = append(k.entries, [3][]byte{fmt.Appendf(nil, "%d", e.hash), []byte(key), e.value})
+		k.entries = append(k.entries, entry{e.hash, []byte(key), e.value})
 	}
 	c.cuts = append(c.cuts, k)
 	return nil
@@ -174,17 +189,7 @@ func TestRecoveryFromBarrier(t *testing.T) {
 		c := first.cuts[k]
 		second := newCollect(p)
 		r2, err := operators.Start(context.Background(), p, second, operators.Options{
-			Workers: rapid.IntRange(1, 3).Draw(rt, "w2"), BatchSize: 5,
-			Restore: func(fn func(uint64, []byte, []byte) error) error {
-				for _, e := range c.entries {
-					var h uint64
-					fmt.Sscan(string(e[0]), &h)
-					if err := fn(h, e[1], e[2]); err != nil {
-						return err
-					}
-				}
-				return nil
-			},
+			Workers: rapid.IntRange(1, 3).Draw(rt, "w2"), BatchSize: 5, Restore: c.restore,
 		})
 		if err != nil {
 			rt.Fatal(err)

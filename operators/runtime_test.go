@@ -387,17 +387,7 @@ aggregates: {n: count(), sum: sum(i), min: min(i), max: max(i)}
 	// crash), then new ones.
 	c := first.cuts[0]
 	second := newCollect(p)
-	r2, err := operators.Start(context.Background(), p, second, operators.Options{Workers: 1,
-		Restore: func(fn func(uint64, []byte, []byte) error) error {
-			for _, e := range c.entries {
-				var h uint64
-				fmt.Sscan(string(e[0]), &h)
-				if err := fn(h, e[1], e[2]); err != nil {
-					return err
-				}
-			}
-			return nil
-		}})
+	r2, err := operators.Start(context.Background(), p, second, operators.Options{Workers: 1, Restore: c.restore})
 	if err != nil {
 		t.Fatal(err)
 	}
