@@ -1,0 +1,70 @@
+package edge_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runnel-io/runnel/edge"
+	"github.com/runnel-io/runnel/edge/mqtt"
+	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/operators"
+)
+
+// TestGracefulRestartLosesNothing stops and restarts the node (gracefully,
+// in-process) while a publisher sends 2000 QoS 1 readings, and counts them.
+//
+// KNOWN BUG, skipped so CI stays meaningful: 0.1-2% of the messages in
+// flight at the restart never reach the ingest log (log positions and
+// counters show it; the checkpoint path is not involved, and SIGKILL
+// restarts in TestCrashExactlyOnce lose nothing). Seen with Mosquitto 2.0.11
+// and 2.0.21, with and without our DISCONNECT, with and without a pause
+// before reconnecting. Run with RUNNEL_KNOWN_BUGS=1 to reproduce.
+func TestGracefulRestartLosesNothing(t *testing.T) {
+	if os.Getenv("RUNNEL_KNOWN_BUGS") == "" {
+		t.Skip("known bug: a graceful restart under load loses in-flight MQTT messages (set RUNNEL_KNOWN_BUGS=1)")
+	}
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, `name: rs
+source: {mqtt: {topic: "s/#", qos: 1}}
+event_time: {field: ts}
+event_id: [seq]
+key: [dev]
+window: {tumbling: 1s}
+allowed_lateness: 1h
+aggregates: {n: count()}
+`)
+	cfg := edge.NodeConfig{EdgeID: "rs", DataDir: data, Pipelines: []*operators.Pipeline{p}, Broker: mqtt.Config{Brokers: []string{mosq.Addr()}},
+		CheckpointInterval: 50 * time.Millisecond, NoSync: true}
+	stop := runNode(t, cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	const n = 2000
+	for i := range n {
+		if err := pub.PublishAsync(context.Background(), "s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d}`, i, 1000+i/10), 1); err != nil {
+			t.Logf("publish %d: %v", i, err)
+		}
+		if i == n/2 {
+			stop()
+			stop = runNode(t, cfg)
+		}
+	}
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1)
+	time.Sleep(2 * time.Second)
+	stop()
+	total := int64(0)
+	edge.ReadOutbox(context.Background(), data, func(e edge.OutboxEntry) error {
+		if strings.Contains(string(e.Result.Key), "a") {
+			st := p.Aggregates.New()
+			p.Aggregates.Decode(st, e.Result.State)
+			total += p.Aggregates.Result(st, 0).Int
+		}
+		return nil
+	})
+	if total != n {
+		t.Fatalf("counted %d, want %d", total, n)
+	}
+}
