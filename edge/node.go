@@ -46,8 +46,8 @@ type NodeConfig struct {
 	NoSync    bool // tests only: skip fsyncs of the state store
 
 	Logger *slog.Logger
-	// Started, when set, is called once the node runs, with the broker URL
-	// its source uses.
+	// Started, when set, is called once the node runs and its MQTT source
+	// is connected and subscribed, with the broker URL it uses.
 	Started func(brokerURL string)
 }
 
@@ -308,7 +308,14 @@ func (n *node) run(ctx context.Context) error {
 	}
 	n.status.src.Store(src)
 	if cfg.Started != nil {
-		cfg.Started(url)
+		// Started means ready to receive: connected and subscribed, so a
+		// publisher that starts now loses nothing to a missing subscription.
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := src.WaitConnected(wctx)
+		cancel()
+		if err == nil {
+			cfg.Started(url)
+		}
 	}
 	var runErr error
 	select {
