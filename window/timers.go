@@ -97,6 +97,3 @@ func (tm *timers) down(i int) {
 		i = m
 	}
 }
-
-// len returns the number of buckets.
-func (tm *timers) len() int { return len(tm.heap) }

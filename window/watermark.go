@@ -82,9 +82,6 @@ func (w *Watermarks) Current() int64 { return w.combined }
 // Idle reports whether input i is idle.
 func (w *Watermarks) Idle(i int) bool { return w.inputs[i].idle }
 
-// Input returns input i's own watermark (MinTime before its first event).
-func (w *Watermarks) Input(i int) int64 { return addSat(w.inputs[i].max, -w.maxOOO) }
-
 func (w *Watermarks) recompute() {
 	m, any := MaxTime, false
 	for i := range w.inputs {

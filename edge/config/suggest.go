@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/runnel-io/runnel/internal/typo"
@@ -21,14 +20,6 @@ func suggestValue(word string, options []string) string {
 		if len(lw) >= 3 && len(o) >= 3 && (strings.HasPrefix(lw, o) || strings.HasPrefix(o, lw)) {
 			return o
 		}
-	}
-	return ""
-}
-
-// didYouMean formats suggest's answer as a message part.
-func didYouMean(word string, options []string) string {
-	if s := suggest(word, options); s != "" {
-		return fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return ""
 }
