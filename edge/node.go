@@ -150,7 +150,9 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		return nil, err
 	}
 	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{})}
-	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync})
+	// The node writes state at checkpoints and reads it only to restore: a
+	// small cache keeps the edge's memory down (clean entries are evicted).
+	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, CacheBytes: 4 << 20})
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
