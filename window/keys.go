@@ -34,7 +34,7 @@ func (x *keyIndex) find(h uint64, key []byte, keys []keyState) int32 {
 		if s.idx == 0 {
 			return -1
 		}
-		if s.hash == h && bytes.Equal(keys[s.idx-1].key, key) {
+		if s.hash == h && bytes.Equal(keys[s.idx-1].key(), key) {
 			return s.idx - 1
 		}
 	}

@@ -34,11 +34,13 @@ func TestKeyIndexMatchesMap(t *testing.T) {
 			if ok {
 				x.remove(hash(k), idx)
 				delete(ref, k)
-				keys[idx].key = nil
+				keys[idx].setKey(nil)
 				continue
 			}
 			idx = int32(len(keys))
-			keys = append(keys, keyState{key: []byte(k)})
+			var ks keyState
+			ks.setKey([]byte(k))
+			keys = append(keys, ks)
 			x.insert(hash(k), idx)
 			ref[k] = idx
 		}

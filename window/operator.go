@@ -96,10 +96,14 @@ type Stats struct {
 }
 
 // keyState is what the operator keeps per key besides window contents.
+// The fields Add needs come first, and short keys are stored inline, so that
+// finding a key touches one cache line more than its index slot.
 type keyState struct {
-	key  []byte // owned; reused when the slot is recycled
 	hash uint64
+	klen int32
 	live bool
+	inl  [inlineKey]byte // the key when klen <= inlineKey
+	long []byte          // the key when longer; owned, reused when the slot is recycled
 
 	// aligned windows
 	lastSlice int64         // latest slice end holding data of this key
@@ -115,6 +119,26 @@ type keyState struct {
 }
 
 const unregistered = MaxTime
+
+// inlineKey is the longest key kept inside its keyState.
+const inlineKey = 32
+
+// key returns k's key bytes; they stay valid until the next new key.
+func (k *keyState) key() []byte {
+	if int(k.klen) <= inlineKey {
+		return k.inl[:k.klen]
+	}
+	return k.long
+}
+
+func (k *keyState) setKey(key []byte) {
+	k.klen = int32(len(key))
+	if len(key) <= inlineKey {
+		copy(k.inl[:], key)
+		return
+	}
+	k.long = append(k.long[:0], key...)
+}
 
 type firedWindow struct {
 	end     int64
@@ -233,7 +257,7 @@ func (o *Operator) newKey(key []byte, hash uint64) int32 {
 		o.keys = append(o.keys, keyState{})
 	}
 	k := &o.keys[idx]
-	k.key = append(k.key[:0], key...)
+	k.setKey(key)
 	k.hash = hash
 	k.live = true
 	k.lastSlice = MinTime
@@ -252,7 +276,7 @@ func (o *Operator) forget(idx int32) {
 		if o.kind == Session {
 			tag = 'x'
 		}
-		o.deleted = append(o.deleted, deletedEntry{k.hash, append([]byte{tag}, k.key...)})
+		o.deleted = append(o.deleted, deletedEntry{k.hash, append([]byte{tag}, k.key()...)})
 	}
 	k.stored, k.changed = false, false
 	for _, s := range k.sessions {
@@ -284,7 +308,7 @@ func (o *Operator) putState(st *aggregate.State) {
 
 func (o *Operator) emitResult(idx int32, start, end int64, version uint32, st *aggregate.State) {
 	k := &o.keys[idx]
-	o.res = Result{Key: k.key, Hash: k.hash, Start: start, End: end, Version: version, State: st}
+	o.res = Result{Key: k.key(), Hash: k.hash, Start: start, End: end, Version: version, State: st}
 	o.stats.Emitted++
 	if version > 1 {
 		o.stats.Updates++

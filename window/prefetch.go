@@ -38,16 +38,14 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 			}
 			if s.hash == h {
 				idx[i] = s.idx - 1
-				sink += uint64(len(o.keys[s.idx-1].key))
+				sink += uint64(o.keys[s.idx-1].klen)
 				break
 			}
 		}
 	}
 	for i := range n {
-		if idx[i] >= 0 {
-			if k := o.keys[idx[i]].key; len(k) > 0 {
-				sink += uint64(k[0])
-			}
+		if idx[i] >= 0 && o.keys[idx[i]].klen > inlineKey {
+			sink += uint64(o.keys[idx[i]].long[0]) // long keys live apart
 		}
 	}
 	if o.kind != Session && len(o.slabs) > 0 {

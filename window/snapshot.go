@@ -85,7 +85,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 					x &= x - 1
 					k := &o.keys[c<<chunkBits|i]
 					vb = o.aggs.AppendEncode(vb[:0], &ch.states[i])
-					if err := w.Put(k.hash, sliceKey(kb[:0], sb.end, k.key), vb); err != nil {
+					if err := w.Put(k.hash, sliceKey(kb[:0], sb.end, k.key()), vb); err != nil {
 						return err
 					}
 				}
@@ -99,7 +99,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 			return nil
 		}
 		if o.kind == Session {
-			kb = append(append(kb[:0], 'x'), k.key...)
+			kb = append(append(kb[:0], 'x'), k.key()...)
 			if len(k.sessions) == 0 {
 				k.stored = false
 				return w.Delete(k.hash, kb)
@@ -119,7 +119,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 				vb = append(vb, o.enc...)
 			}
 		} else {
-			kb = append(append(kb[:0], 'v'), k.key...)
+			kb = append(append(kb[:0], 'v'), k.key()...)
 			if len(k.fired) == 0 {
 				k.stored = false
 				return w.Delete(k.hash, kb)
