@@ -85,7 +85,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	}
 	waitConnected := func(p *edgeProc) {
 		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(p.stderr.String(), "mqtt: connected") {
+		for !strings.Contains(p.stderr.String(), "edge: ready") {
 			if time.Now().After(deadline) {
 				t.Fatalf("edge did not connect:\n%s", p.stderr.String())
 			}

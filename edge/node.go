@@ -47,7 +47,8 @@ type NodeConfig struct {
 
 	Logger *slog.Logger
 	// Started, when set, is called once the node runs and its MQTT source
-	// is connected and subscribed, with the broker URL it uses.
+	// is connected and subscribed, with the broker URL it uses (from
+	// another goroutine; the node logs "edge: ready" at the same moment).
 	Started func(brokerURL string)
 }
 
@@ -309,16 +310,19 @@ func (n *node) run(ctx context.Context) error {
 		return abort(fmt.Errorf("edge: mqtt source: %w", err))
 	}
 	n.status.src.Store(src)
-	if cfg.Started != nil {
-		// Started means ready to receive: connected and subscribed, so a
-		// publisher that starts now loses nothing to a missing subscription.
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := src.WaitConnected(wctx)
-		cancel()
-		if err == nil {
-			cfg.Started(url)
+	// Ready means connected and subscribed: a publisher that starts now
+	// loses nothing to a missing subscription.
+	ready := make(chan struct{})
+	go func() {
+		defer close(ready)
+		if src.WaitConnected(ctx) == nil {
+			n.lg.Info("edge: ready", "broker", url)
+			if cfg.Started != nil {
+				cfg.Started(url)
+			}
 		}
-	}
+	}()
+	defer func() { <-ready }()
 	var runErr error
 	select {
 	case <-ctx.Done():
