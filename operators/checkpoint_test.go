@@ -3,7 +3,6 @@ package operators_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -211,18 +210,7 @@ func TestRecoveryFromBarrier(t *testing.T) {
 			got[key] = append(got[key], rs...)
 		}
 		ems, late := oracle.Run(events, cfg)
-		want := map[string][]summary{}
-		for _, e := range ems {
-			s := summary{Start: e.Start, End: e.End, Version: e.Version, Min: math.Inf(1), Max: math.Inf(-1)}
-			for _, m := range e.Members {
-				s.Count++
-				s.Sum += float64(m)
-				s.Min = min(s.Min, float64(m))
-				s.Max = max(s.Max, float64(m))
-			}
-			key := fmt.Sprintf(`{"dev":%q}`, e.Key)
-			want[key] = append(want[key], s)
-		}
+		want := oracleSummaries(ems)
 		for key, w := range want {
 			if !slices.Equal(got[key], w) {
 				rt.Fatalf("restored from barrier %d (before record %d), key %s: got %d results, want %d; first difference at %d",

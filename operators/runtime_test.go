@@ -168,18 +168,7 @@ func TestRuntimeMatchesOracle(t *testing.T) {
 		}
 
 		ems, late := oracle.Run(events, cfg)
-		want := map[string][]summary{}
-		for _, e := range ems {
-			s := summary{Start: e.Start, End: e.End, Version: e.Version, Min: math.Inf(1), Max: math.Inf(-1)}
-			for _, m := range e.Members {
-				s.Count++
-				s.Sum += float64(m)
-				s.Min = min(s.Min, float64(m))
-				s.Max = max(s.Max, float64(m))
-			}
-			k := fmt.Sprintf(`{"dev":%q}`, e.Key)
-			want[k] = append(want[k], s)
-		}
+		want := oracleSummaries(ems)
 		gotLate := slices.Clone(sink.late)
 		slices.Sort(gotLate)
 		wantLate := make([]int64, len(late))
@@ -402,4 +391,22 @@ aggregates: {n: count(), sum: sum(i), min: min(i), max: max(i)}
 	if st2.Dupes != 5 || len(got) != 1 || got[0].Count != 15 || got[0].Sum != 105 {
 		t.Fatalf("after restore: dupes %d, results %v; want 5 dupes and one window of 15 readings summing to 105", st2.Dupes, got)
 	}
+}
+
+// oracleSummaries digests the oracle's emissions per rendered key, as the
+// collect Sink digests the runtime's results.
+func oracleSummaries(ems []oracle.Emission) map[string][]summary {
+	want := map[string][]summary{}
+	for _, e := range ems {
+		s := summary{Start: e.Start, End: e.End, Version: e.Version, Min: math.Inf(1), Max: math.Inf(-1)}
+		for _, m := range e.Members {
+			s.Count++
+			s.Sum += float64(m)
+			s.Min = min(s.Min, float64(m))
+			s.Max = max(s.Max, float64(m))
+		}
+		k := fmt.Sprintf(`{"dev":%q}`, e.Key)
+		want[k] = append(want[k], s)
+	}
+	return want
 }
