@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/runnel-io/runnel/edge/ingestlog"
@@ -32,6 +33,8 @@ type ckptPart struct {
 	late  [][]byte // late records, JSON
 	dead  [][]byte // dead letters, JSON
 	ops   *opLog   // state changes since the previous checkpoint
+	wm    int64    // the pipeline's watermark at the barrier, when advanced
+	hasWM bool
 }
 
 // stagingSink keeps outputs until the checkpoint that covers them: window
@@ -42,6 +45,7 @@ type stagingSink struct {
 	p      *operators.Pipeline
 	parts  chan<- ckptPart
 	staged []staged
+	wm     int64 // watermark of the last marker handed over
 }
 
 type staged struct {
@@ -71,6 +75,9 @@ func (s *stagingSink) Dead(d *operators.DeadLetter) error {
 
 func (s *stagingSink) Barrier(b *operators.Barrier) error {
 	part := ckptPart{id: b.ID, pipe: s.p.Name}
+	if b.Watermark > s.wm {
+		part.wm, part.hasWM, s.wm = b.Watermark, true, b.Watermark
+	}
 	keep := s.staged[:0]
 	for _, st := range s.staged {
 		switch {
@@ -152,9 +159,17 @@ func (l *opLog) apply(st *state.Store, ns *state.Namespace) error {
 	return nil
 }
 
-// Outbox entry: uvarint len + pipeline, uvarint len + key, varint start,
-// varint end, uvarint version, aggregate state (the rest).
+// Outbox entries (docs/formats/outbox.md): a kind byte, uvarint len +
+// pipeline, then for a window result ('r') uvarint len + key, varint start,
+// varint end, uvarint version and the aggregate state (the rest); for a
+// watermark marker ('w') the varint watermark.
+const (
+	entryResult    = 'r'
+	entryWatermark = 'w'
+)
+
 func encodeOutbox(dst []byte, pipeline string, r *operators.Result) []byte {
+	dst = append(dst, entryResult)
 	dst = binary.AppendUvarint(dst, uint64(len(pipeline)))
 	dst = append(dst, pipeline...)
 	dst = binary.AppendUvarint(dst, uint64(len(r.Key)))
@@ -165,27 +180,52 @@ func encodeOutbox(dst []byte, pipeline string, r *operators.Result) []byte {
 	return append(dst, r.State...)
 }
 
-// OutboxEntry is one committed window result waiting for the uplink.
-type OutboxEntry struct {
-	Seq      uint64
-	Pipeline string
-	Result   operators.Result
+func encodeWatermark(dst []byte, pipeline string, wm int64) []byte {
+	dst = append(dst, entryWatermark)
+	dst = binary.AppendUvarint(dst, uint64(len(pipeline)))
+	dst = append(dst, pipeline...)
+	return binary.AppendVarint(dst, wm)
 }
 
-func decodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
+// OutboxEntry is one committed outbox entry waiting for the uplink: a
+// window result, or a marker of the pipeline's watermark at a checkpoint
+// (every window ending at or before it was emitted by then).
+type OutboxEntry struct {
+	Seq       uint64
+	Pipeline  string
+	Marker    bool  // a watermark marker; Result is unset
+	Watermark int64 // the marker's watermark
+	Result    operators.Result
+}
+
+// DecodeOutbox decodes the outbox entry stored under seq. Key and State
+// alias b.
+func DecodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 	e := OutboxEntry{Seq: seq}
 	bad := fmt.Errorf("edge: outbox entry %d: corrupt", seq)
+	if len(b) == 0 || (b[0] != entryResult && b[0] != entryWatermark) {
+		return e, bad
+	}
+	kind := b[0]
+	b = b[1:]
 	l, n := binary.Uvarint(b)
 	if n <= 0 || uint64(len(b)-n) < l {
 		return e, bad
 	}
 	e.Pipeline, b = string(b[n:n+int(l)]), b[n+int(l):]
+	var m int
+	if kind == entryWatermark {
+		e.Marker = true
+		if e.Watermark, m = binary.Varint(b); m <= 0 || m != len(b) {
+			return e, bad
+		}
+		return e, nil
+	}
 	l, n = binary.Uvarint(b)
 	if n <= 0 || uint64(len(b)-n) < l {
 		return e, bad
 	}
 	e.Result.Key, b = b[n:n+int(l)], b[n+int(l):]
-	var m int
 	if e.Result.Start, m = binary.Varint(b); m <= 0 {
 		return e, bad
 	}
@@ -195,7 +235,7 @@ func decodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 	}
 	b = b[m:]
 	v, m := binary.Uvarint(b)
-	if m <= 0 {
+	if m <= 0 || v > math.MaxUint32 {
 		return e, bad
 	}
 	e.Result.Version, e.Result.State = uint32(v), b[m:]
@@ -228,7 +268,18 @@ func restoreFrom(st *state.Store, pipeline string) func(fn func(uint64, []byte, 
 func (n *node) writer(ctx context.Context) error {
 	pending := map[uint64][]ckptPart{}
 	need := len(n.pipes) + 1
-	for part := range n.parts {
+	for {
+		var part ckptPart
+		select {
+		case req := <-n.epochReqs:
+			req.done <- n.storeEpoch(req.epoch)
+			continue
+		case p, ok := <-n.parts:
+			if !ok {
+				return nil
+			}
+			part = p
+		}
 		pending[part.id] = append(pending[part.id], part)
 		if len(pending[part.id]) < need {
 			continue
@@ -239,7 +290,6 @@ func (n *node) writer(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
 }
 
 func (n *node) commit(id uint64, parts []ckptPart) error {
@@ -247,7 +297,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	c := checkpoint{ID: id, NextSeq: n.last.NextSeq}
 	entries := 0
 	var sideN uint32
-	var changeBytes, outboxBytes int64
+	var changeBytes, outboxBytes, freed int64
 	// The state changes go into the pipelines' namespaces first; the
 	// commit then writes them with the outbox and the metadata in one
 	// transaction. Only the writer touches the store, so nothing of a later
@@ -285,7 +335,11 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				c.Pos = p.pos
 				continue
 			}
-			for _, e := range p.out {
+			out := p.out
+			if p.hasWM {
+				out = append(out, encodeWatermark(nil, p.pipe, p.wm))
+			}
+			for _, e := range out {
 				if err := outbox.Put(binary.BigEndian.AppendUint64(nil, c.NextSeq), e); err != nil {
 					return err
 				}
@@ -305,6 +359,9 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				}
 			}
 		}
+		if freed, err = n.deleteAcked(tx, outbox); err != nil {
+			return err
+		}
 		meta, err := tx.Bucket(bucketCheckpoint)
 		if err != nil {
 			return err
@@ -319,8 +376,15 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	n.status.checkpoints.Add(1)
 	n.status.checkpointNanos.Store(int64(time.Since(began)))
 	n.status.checkpointBytes.Store(changeBytes)
+	n.status.outboxBytes.Add(outboxBytes - freed)
+	n.deletedTo = max(n.deletedTo, n.pendingDeletedTo)
+	n.grewMu.Lock()
 	n.lastSeq.Store(c.NextSeq)
-	n.status.outboxBytes.Add(outboxBytes)
+	if entries > 0 {
+		close(n.grew)
+		n.grew = make(chan struct{})
+	}
+	n.grewMu.Unlock()
 	n.last = c
 	for _, p := range parts {
 		if ps := n.pipe(p.pipe); ps != nil {
@@ -353,7 +417,7 @@ func ReadOutbox(ctx context.Context, dir string, fn func(OutboxEntry) error) err
 			if len(k) != 8 {
 				return fmt.Errorf("edge: outbox key %x", k)
 			}
-			e, err := decodeOutbox(binary.BigEndian.Uint64(k), v)
+			e, err := DecodeOutbox(binary.BigEndian.Uint64(k), v)
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runnel-io/runnel/edge/mqtt"
+	"github.com/runnel-io/runnel/sync/uplink"
 	"github.com/runnel-io/runnel/window"
 )
 
@@ -30,6 +31,7 @@ type status struct {
 	capWaits        atomic.Uint64
 	outboxBytes     atomic.Int64 // bytes committed to the outbox
 	src             atomic.Pointer[mqtt.Source]
+	uplink          atomic.Pointer[uplink.Uplink]
 }
 
 func (n *node) registry() *prometheus.Registry {
@@ -75,9 +77,32 @@ func (n *node) registry() *prometheus.Registry {
 		return float64(n.status.checkpointBytes.Load())
 	})
 	gauge("runnel_edge_ingest_log_bytes", "Bytes of ingest log segments on disk.", func() float64 { return float64(n.log.Size()) })
-	gauge("runnel_edge_outbox_entries", "Window results committed to the outbox so far (the next sequence number).", func() float64 {
+	gauge("runnel_edge_outbox_next_seq", "Sequence number of the next outbox entry.", func() float64 {
 		return float64(n.lastSeq.Load())
 	})
+	gauge("runnel_edge_outbox_depth", "Committed outbox entries the hub has not acknowledged yet.", func() float64 {
+		return float64(n.lastSeq.Load() - 1 - min(n.uplinkAck.Load(), n.lastSeq.Load()-1))
+	})
+	upStat := func(f func(uplink.Stats) float64) func() float64 {
+		return func() float64 {
+			if u := n.status.uplink.Load(); u != nil {
+				return f(u.Stats())
+			}
+			return 0
+		}
+	}
+	gauge("runnel_edge_uplink_connected", "1 while the uplink has a stream to the hub.", upStat(func(s uplink.Stats) float64 {
+		if s.Connected {
+			return 1
+		}
+		return 0
+	}))
+	gauge("runnel_edge_uplink_epoch", "The uplink's epoch.", upStat(func(s uplink.Stats) float64 { return float64(s.Epoch) }))
+	gauge("runnel_edge_uplink_acked_seq", "Highest outbox sequence the hub made durable.", upStat(func(s uplink.Stats) float64 { return float64(s.AckedSeq) }))
+	gauge("runnel_edge_uplink_sent_seq", "Highest outbox sequence sent.", upStat(func(s uplink.Stats) float64 { return float64(s.SentSeq) }))
+	counter("runnel_edge_uplink_batches_total", "Batches sent to the hub.", upStat(func(s uplink.Stats) float64 { return float64(s.Batches) }))
+	counter("runnel_edge_uplink_reconnects_total", "Uplink streams that failed and were retried.", upStat(func(s uplink.Stats) float64 { return float64(s.Reconnects) }))
+	counter("runnel_edge_uplink_new_epochs_total", "Epochs started because the hub knew more of this edge.", upStat(func(s uplink.Stats) float64 { return float64(s.NewEpochs) }))
 	gauge("runnel_edge_outbox_bytes", "Bytes of window results in the outbox.", func() float64 {
 		return float64(n.status.outboxBytes.Load())
 	})

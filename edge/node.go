@@ -20,6 +20,7 @@ import (
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/state"
+	"github.com/runnel-io/runnel/sync/uplink"
 )
 
 // NodeConfig is what Run needs. Zero fields take defaults.
@@ -44,6 +45,9 @@ type NodeConfig struct {
 	IngestLog ingestlog.Options
 	Runtime   operators.Options
 	NoSync    bool // tests only: skip fsyncs of the state store
+	// Uplink, when set, drains the committed outbox to a hub (EdgeID is
+	// the node's). Nil: the outbox only grows (up to the disk cap).
+	Uplink *uplink.Config
 
 	Logger *slog.Logger
 	// Started, when set, is called once the node runs and its MQTT source
@@ -76,6 +80,16 @@ type node struct {
 	closing chan struct{} // closed when the node starts to stop
 
 	parts chan ckptPart
+
+	// Uplink: the outbox's committed end and a channel closed when it
+	// grows; the epoch; the hub's ack, applied by the next checkpoint.
+	grewMu           sync.Mutex
+	grew             chan struct{}
+	epoch            atomic.Uint64
+	epochReqs        chan epochReq
+	uplinkAck        atomic.Uint64
+	deletedTo        uint64 // writer only: outbox entries below are deleted
+	pendingDeletedTo uint64
 }
 
 type pipe struct {
@@ -150,7 +164,8 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{})}
+	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{}),
+		grew: make(chan struct{}), epochReqs: make(chan epochReq)}
 	// The node writes state at checkpoints and reads it only to restore: a
 	// small cache keeps the edge's memory down (clean entries are evicted).
 	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, CacheBytes: 4 << 20})
@@ -158,13 +173,20 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	n.store = st
+	defer func() { n.lastSeq.Store(n.last.NextSeq) }()
 	err = st.View(func(tx *state.Tx) error {
 		b, err := tx.Bucket(bucketCheckpoint)
 		if err != nil {
 			return err
 		}
+		epoch, err := loadEpoch(tx)
+		if err != nil {
+			return err
+		}
+		n.epoch.Store(epoch)
 		v, err := b.Get([]byte("last"))
 		if err != nil || v == nil {
+			n.last.NextSeq = 1 // sequence numbers start at 1: an ack of 0 is none
 			return err
 		}
 		if n.last, err = decodeCheckpoint(v); err != nil {
@@ -264,6 +286,14 @@ func (n *node) run(ctx context.Context) error {
 	defer stopWork()
 	g, gctx := errgroup.WithContext(work)
 	g.Go(func() error { return n.writer(gctx) })
+	upCtx, stopUplink := context.WithCancel(gctx)
+	defer stopUplink()
+	upDone := make(chan error, 1)
+	if cfg.Uplink != nil {
+		go func() { upDone <- n.runUplink(upCtx) }()
+	} else {
+		upDone <- nil
+	}
 	pumpDone := make(chan error, 1)
 	drain := make(chan struct{})
 	n.status.pumpAlive.Store(true)
@@ -274,6 +304,8 @@ func (n *node) run(ctx context.Context) error {
 	}()
 	// abort undoes the start when a later step fails.
 	abort := func(err error) error {
+		stopUplink()
+		<-upDone
 		close(drain)
 		<-pumpDone
 		stopWork()
@@ -344,6 +376,12 @@ func (n *node) run(ctx context.Context) error {
 		if _, err := ps.rt.Close(false); err != nil && runErr == nil {
 			runErr = err
 		}
+	}
+	// The uplink stops before the last checkpoint: what it commits goes
+	// out with the next start.
+	stopUplink()
+	if err := <-upDone; err != nil && runErr == nil {
+		runErr = fmt.Errorf("edge: uplink: %w", err)
 	}
 	close(n.parts)
 	if err := g.Wait(); err != nil && runErr == nil {

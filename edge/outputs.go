@@ -49,7 +49,7 @@ func (o *fileOutputs) write(entries [][]byte) error {
 		return nil
 	}
 	for i, e := range entries {
-		oe, err := decodeOutbox(uint64(i), e)
+		oe, err := DecodeOutbox(uint64(i), e)
 		if err != nil {
 			return err
 		}

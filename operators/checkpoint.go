@@ -46,6 +46,9 @@ type Barrier struct {
 	// leaves exactly the state at this barrier. Hashes are the keys' hashes
 	// (0 for runtime-wide entries): a store partitions by them.
 	Changes func(w window.SnapshotWriter) error
+	// Watermark is the Runtime's watermark when the barrier was injected:
+	// every window result it made due was delivered before the barrier.
+	Watermark int64
 }
 
 // ErrBadSnapshot marks a checkpoint entry the Runtime cannot restore.
@@ -61,7 +64,9 @@ const keyWatermark = 'w'
 // It is a window.SnapshotWriter; replay plays the operations onto another.
 type snapBuf struct {
 	b        []byte
-	skipMeta bool // drop the operator metadata entry (kept from one worker only)
+	skipMeta bool  // drop the operator metadata entry (kept from one worker only)
+	source   bool  // the source's part: wm is the watermark at the barrier
+	wm       int64 // see source
 }
 
 func (s *snapBuf) op(op byte, hash uint64, key, value []byte) error {
@@ -117,7 +122,7 @@ func (r *Runtime) Barrier(id uint64) error {
 	if err := r.ctx.Err(); err != nil {
 		return r.failure(err)
 	}
-	src := &snapBuf{}
+	src := &snapBuf{source: true, wm: r.wms.Current()}
 	v := binary.AppendVarint(nil, r.wms.MaxSeen(0))
 	v = binary.AppendVarint(v, r.wms.Current())
 	_ = src.Put(0, []byte{keyWatermark}, v)
@@ -194,7 +199,13 @@ func (bs *barriers) arrive(id uint64, snap *snapBuf) *Barrier {
 	}
 	parts := bs.parts[id]
 	delete(bs.parts, id)
-	return &Barrier{ID: id, Changes: func(w window.SnapshotWriter) error {
+	wm := window.MinTime
+	for _, p := range parts {
+		if p.source {
+			wm = p.wm
+		}
+	}
+	return &Barrier{ID: id, Watermark: wm, Changes: func(w window.SnapshotWriter) error {
 		for _, p := range parts {
 			if err := p.replay(w); err != nil {
 				return err

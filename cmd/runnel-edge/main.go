@@ -287,6 +287,9 @@ func outbox(ctx context.Context, args []string) error {
 	var buf []byte
 	states := map[string]*aggregate.State{}
 	return edge.ReadOutbox(ctx, *dir, func(e edge.OutboxEntry) error {
+		if e.Marker {
+			return nil // watermark markers are for the hub
+		}
 		p := byName[e.Pipeline]
 		if p == nil {
 			return fmt.Errorf("outbox entry %d: pipeline %q not given with --pipeline", e.Seq, e.Pipeline)

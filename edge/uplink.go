@@ -1,0 +1,166 @@
+package edge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/runnel-io/runnel/state"
+	"github.com/runnel-io/runnel/sync/uplink"
+)
+
+// The node's side of the uplink: the outbox as uplink.Outbox. Reads are
+// bbolt read transactions beside the writer's; everything that writes
+// (deleting acked entries, storing a new epoch) goes through the writer
+// goroutine, the store's only writer, so a checkpoint's transaction never
+// mixes with anything else.
+
+const (
+	bucketUplink = "uplink"
+	keyEpoch     = "epoch"
+)
+
+// epochReq asks the writer to store a new uplink epoch.
+type epochReq struct {
+	epoch uint64
+	done  chan error
+}
+
+type outboxView struct{ n *node }
+
+func (o outboxView) Committed() (uint64, <-chan struct{}) {
+	o.n.grewMu.Lock()
+	defer o.n.grewMu.Unlock()
+	return o.n.lastSeq.Load(), o.n.grew
+}
+
+func (o outboxView) Read(from uint64, fn func(*uplink.Entry) bool) error {
+	stop := errors.New("stop")
+	err := o.n.store.View(func(tx *state.Tx) error {
+		b, err := tx.Bucket(bucketOutbox)
+		if err != nil {
+			return err
+		}
+		var e uplink.Entry
+		return b.ForEach(binary.BigEndian.AppendUint64(nil, from), func(k, v []byte) error {
+			if len(k) != 8 {
+				return fmt.Errorf("edge: outbox key %x", k)
+			}
+			oe, err := DecodeOutbox(binary.BigEndian.Uint64(k), v)
+			if err != nil {
+				return err
+			}
+			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Marker: oe.Marker, Watermark: oe.Watermark,
+				Key: oe.Result.Key, Start: oe.Result.Start, End: oe.Result.End, Version: oe.Result.Version, State: oe.Result.State}
+			if !fn(&e) {
+				return stop
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, stop) {
+		return nil
+	}
+	return err
+}
+
+func (o outboxView) Epoch() uint64 { return o.n.epoch.Load() }
+
+func (o outboxView) SetEpoch(epoch uint64) error {
+	req := epochReq{epoch, make(chan error, 1)}
+	select {
+	case o.n.epochReqs <- req:
+	case <-o.n.closing:
+		return errors.New("edge: stopping")
+	}
+	return <-req.done
+}
+
+// Ack records the hub's ack; the next checkpoint deletes the entries.
+func (o outboxView) Ack(seq uint64) {
+	for {
+		old := o.n.uplinkAck.Load()
+		if seq <= old || o.n.uplinkAck.CompareAndSwap(old, seq) {
+			return
+		}
+	}
+}
+
+// loadEpoch reads the stored uplink epoch (1 when none was stored).
+func loadEpoch(tx *state.Tx) (uint64, error) {
+	b, err := tx.Bucket(bucketUplink)
+	if err != nil {
+		return 0, err
+	}
+	v, err := b.Get([]byte(keyEpoch))
+	if err != nil || v == nil {
+		return 1, err
+	}
+	e, n := binary.Uvarint(v)
+	if n <= 0 || e == 0 {
+		return 0, fmt.Errorf("edge: uplink epoch %x: corrupt", v)
+	}
+	return e, nil
+}
+
+// storeEpoch commits a new epoch on the writer goroutine.
+func (n *node) storeEpoch(epoch uint64) error {
+	_, err := n.store.Commit(func(tx *state.Tx) error {
+		b, err := tx.Bucket(bucketUplink)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(keyEpoch), binary.AppendUvarint(nil, epoch))
+	})
+	if err == nil {
+		n.epoch.Store(epoch)
+	}
+	return err
+}
+
+// deleteAcked deletes the outbox entries up to the uplink's ack, within a
+// checkpoint's transaction, and returns the bytes freed.
+func (n *node) deleteAcked(tx *state.Tx, outbox *state.Bucket) (int64, error) {
+	upTo := n.uplinkAck.Load()
+	if upTo == 0 || upTo < n.deletedTo {
+		return 0, nil
+	}
+	var keys [][]byte
+	var freed int64
+	err := outbox.ForEach(binary.BigEndian.AppendUint64(nil, n.deletedTo), func(k, v []byte) error {
+		if binary.BigEndian.Uint64(k) > upTo {
+			return errStopScan
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		freed += int64(len(v))
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return 0, err
+	}
+	for _, k := range keys {
+		if err := outbox.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	n.pendingDeletedTo = upTo + 1
+	return freed, nil
+}
+
+var errStopScan = errors.New("stop scan")
+
+// runUplink runs the uplink until ctx is done.
+func (n *node) runUplink(ctx context.Context) error {
+	cfg := *n.cfg.Uplink
+	cfg.EdgeID = n.cfg.EdgeID
+	if cfg.Logger == nil {
+		cfg.Logger = n.lg
+	}
+	u, err := uplink.New(cfg, outboxView{n})
+	if err != nil {
+		return err
+	}
+	n.status.uplink.Store(u)
+	return u.Run(ctx)
+}

@@ -1,0 +1,415 @@
+// Package uplink drains an edge's committed outbox to the hub over gRPC.
+//
+// One Sync stream at a time. The uplink says Hello with its epoch and the
+// next sequence it will commit; the hub answers with the highest sequence
+// of that epoch it made durable, and the uplink resends from the one after
+// it. Batches follow in sequence order without waiting (up to MaxUnacked
+// entries ahead of the hub's acks); acks come back as the hub commits, and
+// the outbox deletes what they cover. Any failure closes the stream and a
+// new one starts after a jittered exponential back-off, so hub restarts,
+// cut links and days offline all end the same way: resume from the ack.
+//
+// Epochs. When the hub has made durable more of this edge than the edge
+// itself remembers committing (it was restored from an older copy of its
+// data), or fences the edge's epoch, the uplink starts a new epoch (stored
+// durably before use) and resends its whole outbox under it. The hub keeps
+// each edge's latest partial per window, so a resent window replaces what
+// the old history left there instead of adding to it.
+package uplink
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
+	"github.com/runnel-io/runnel/sync/grpczstd"
+)
+
+// Entry is one committed outbox entry: a window result, or a marker of a
+// pipeline's watermark (every window ending at or before it came earlier).
+type Entry struct {
+	Seq       uint64
+	Pipeline  string
+	Marker    bool
+	Watermark int64 // Marker only
+
+	Key        []byte
+	Start, End int64
+	Version    uint32
+	State      []byte
+}
+
+// Outbox is the edge's committed outbox, as the uplink needs it.
+type Outbox interface {
+	// Committed returns one past the highest committed sequence number,
+	// and a channel closed when it grows.
+	Committed() (next uint64, grew <-chan struct{})
+	// Read calls fn with the committed entries from sequence from on, in
+	// order, until fn returns false. Entries are valid during the call.
+	Read(from uint64, fn func(*Entry) bool) error
+	// Epoch returns the uplink's epoch (1 before any was stored).
+	Epoch() uint64
+	// SetEpoch stores a new epoch durably.
+	SetEpoch(epoch uint64) error
+	// Ack tells the outbox that the hub made every entry up to seq durable:
+	// it may delete them (later, with its next commit).
+	Ack(seq uint64)
+}
+
+// Config configures an Uplink. Zero fields take defaults.
+type Config struct {
+	EdgeID string
+	Hub    string // host:port of the hub's gRPC listener
+	Token  string // sent as "authorization: Bearer <token>"
+	// TLS secures the connection; nil means plaintext, allowed only with
+	// Insecure (tests, loopback demos).
+	TLS      *tls.Config
+	Insecure bool
+
+	BatchEntries int           // entries per batch (default 500)
+	MaxUnacked   int           // entries sent ahead of the hub's ack (default 20000)
+	BackoffMin   time.Duration // first retry delay (default 100ms)
+	BackoffMax   time.Duration // retry delay cap (default 30s)
+	DialOptions  []grpc.DialOption
+	Logger       *slog.Logger
+}
+
+// Stats is the uplink's state for metrics.
+type Stats struct {
+	Connected  bool
+	Epoch      uint64
+	AckedSeq   uint64 // highest sequence the hub made durable
+	SentSeq    uint64 // highest sequence sent
+	Batches    uint64 // batches sent
+	Reconnects uint64 // streams that failed and were retried
+	NewEpochs  uint64 // epochs started because the hub knew more
+	LastError  string
+}
+
+// Uplink sends an outbox to a hub. Run it once.
+type Uplink struct {
+	cfg  Config
+	ob   Outbox
+	lg   *slog.Logger
+	conn *grpc.ClientConn
+
+	connected           atomic.Bool
+	epoch, acked, sent  atomic.Uint64
+	batches, reconnects atomic.Uint64
+	newEpochs           atomic.Uint64
+	lastErr             atomic.Value // string
+}
+
+// New prepares an uplink; it connects when Run starts.
+func New(cfg Config, ob Outbox) (*Uplink, error) {
+	if cfg.EdgeID == "" || cfg.Hub == "" {
+		return nil, errors.New("uplink: edge id and hub address are required")
+	}
+	if cfg.TLS == nil && !cfg.Insecure {
+		return nil, errors.New("uplink: no TLS configuration; set one, or allow plaintext explicitly (insecure)")
+	}
+	if cfg.BatchEntries <= 0 {
+		cfg.BatchEntries = 500
+	}
+	if cfg.MaxUnacked <= 0 {
+		cfg.MaxUnacked = 20000
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = 100 * time.Millisecond
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = max(30*time.Second, cfg.BackoffMin)
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		// A cut link must end the stream soon, not after TCP's minutes.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: false}),
+	}
+	if cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{cfg.Token, cfg.TLS != nil}))
+	}
+	opts = append(opts, cfg.DialOptions...)
+	conn, err := grpc.NewClient(cfg.Hub, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("uplink: %w", err)
+	}
+	u := &Uplink{cfg: cfg, ob: ob, lg: lg.With("hub", cfg.Hub), conn: conn}
+	u.epoch.Store(ob.Epoch())
+	u.lastErr.Store("")
+	return u, nil
+}
+
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
+
+// Stats returns the uplink's state; safe from any goroutine.
+func (u *Uplink) Stats() Stats {
+	return Stats{
+		Connected: u.connected.Load(), Epoch: u.epoch.Load(), AckedSeq: u.acked.Load(), SentSeq: u.sent.Load(),
+		Batches: u.batches.Load(), Reconnects: u.reconnects.Load(), NewEpochs: u.newEpochs.Load(),
+		LastError: u.lastErr.Load().(string),
+	}
+}
+
+// errNewEpoch ends a session that started a new epoch: reconnect at once.
+var errNewEpoch = errors.New("uplink: new epoch")
+
+// Run sends until ctx is done, reconnecting after every failure, and
+// returns nil then. It returns an error only if the outbox fails.
+func (u *Uplink) Run(ctx context.Context) error {
+	defer u.conn.Close()
+	delay := u.cfg.BackoffMin
+	for {
+		progressed, err := u.session(ctx)
+		u.connected.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var obErr outboxError
+		if errors.As(err, &obErr) {
+			return obErr.error
+		}
+		if errors.Is(err, errNewEpoch) {
+			continue
+		}
+		u.reconnects.Add(1)
+		u.lastErr.Store(err.Error())
+		if progressed {
+			delay = u.cfg.BackoffMin
+		}
+		// Full jitter: a fleet that lost the hub together does not come
+		// back in step.
+		wait := time.Duration(rand.Int64N(int64(delay)) + 1)
+		u.lg.Warn("uplink: stream ended; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		delay = min(delay*2, u.cfg.BackoffMax)
+	}
+}
+
+// outboxError marks failures of the outbox (local disk), which retrying
+// the hub cannot fix.
+type outboxError struct{ error }
+
+// session runs one Sync stream. progressed reports whether the hub acked
+// anything new (the back-off restarts then).
+func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := runnelv1.NewUplinkClient(u.conn).Sync(sctx, grpc.UseCompressor(grpczstd.Name))
+	if err != nil {
+		return false, err
+	}
+	epoch := u.ob.Epoch()
+	u.epoch.Store(epoch)
+	next, _ := u.ob.Committed()
+	hello := &runnelv1.SyncRequest{Msg: &runnelv1.SyncRequest_Hello{Hello: &runnelv1.Hello{EdgeId: u.cfg.EdgeID, Epoch: epoch, NextSeq: next}}}
+	if err := stream.Send(hello); err != nil {
+		return false, recvErr(stream, err)
+	}
+	first, err := stream.Recv()
+	if status.Code(err) == codes.FailedPrecondition {
+		return false, u.startEpoch(epoch+1, fmt.Sprintf("hub fenced epoch %d: %v", epoch, status.Convert(err).Message()))
+	}
+	if err != nil {
+		return false, err
+	}
+	resume := first.GetResume()
+	if resume == nil {
+		return false, errors.New("uplink: hub did not answer Hello with Resume")
+	}
+	switch {
+	case resume.Epoch > epoch:
+		return false, u.startEpoch(resume.Epoch+1, fmt.Sprintf("hub holds epoch %d", resume.Epoch))
+	case resume.Epoch == epoch && resume.AckedSeq >= next && resume.AckedSeq > 0:
+		return false, u.startEpoch(epoch+1, fmt.Sprintf("hub acked sequence %d, this edge committed only up to %d", resume.AckedSeq, next-1))
+	}
+	u.connected.Store(true)
+	u.lastErr.Store("")
+	acked := resume.AckedSeq
+	u.noteAck(acked)
+	u.lg.Info("uplink: connected", "epoch", epoch, "resume_after", acked, "committed_next", next)
+
+	// The receiver reports acks; the sender (this goroutine) waits on
+	// them only when MaxUnacked entries are in flight.
+	ackCh := make(chan uint64, 1)
+	recvDone := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			if a := m.GetAck(); a != nil && a.Epoch == epoch {
+				select {
+				case <-ackCh:
+				default:
+				}
+				ackCh <- a.AckedSeq
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-recvDone
+	}()
+
+	from := acked + 1
+	var b batcher
+	for {
+		next, grew := u.ob.Committed()
+		if from < next && from <= acked+uint64(u.cfg.MaxUnacked) {
+			msg, last, err := b.build(u.ob, u.cfg.EdgeID, epoch, from, min(next, acked+uint64(u.cfg.MaxUnacked)+1), u.cfg.BatchEntries)
+			if err != nil {
+				return progressed, outboxError{err}
+			}
+			if msg == nil { // nothing left to read below next: wait for a commit
+				from = next
+				continue
+			}
+			if err := stream.Send(msg); err != nil {
+				return progressed, recvErr(stream, err)
+			}
+			u.batches.Add(1)
+			u.sent.Store(last)
+			from = last + 1
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return progressed, ctx.Err()
+		case err := <-recvDone:
+			recvDone <- err // for the deferred wait
+			return progressed, err
+		case a := <-ackCh:
+			if a > acked {
+				acked = a
+				progressed = true
+				u.noteAck(a)
+			}
+		case <-grew:
+		}
+	}
+}
+
+// recvErr returns the stream's status when Send failed because the
+// stream ended (Send reports only io.EOF then).
+func recvErr(stream grpc.BidiStreamingClient[runnelv1.SyncRequest, runnelv1.SyncResponse], err error) error {
+	if _, rerr := stream.Recv(); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+func (u *Uplink) noteAck(seq uint64) {
+	u.acked.Store(seq)
+	if seq > 0 {
+		u.ob.Ack(seq)
+	}
+}
+
+func (u *Uplink) startEpoch(epoch uint64, why string) error {
+	u.lg.Warn("uplink: starting a new epoch and resending the outbox (if another edge runs with this id, stop it)",
+		"epoch", epoch, "why", why)
+	if err := u.ob.SetEpoch(epoch); err != nil {
+		return outboxError{fmt.Errorf("uplink: store epoch %d: %w", epoch, err)}
+	}
+	u.epoch.Store(epoch)
+	u.newEpochs.Add(1)
+	return errNewEpoch
+}
+
+// batcher builds Batches, reusing its buffers across batches (the stream
+// has serialized a message by the time Send returns).
+type batcher struct {
+	msg      runnelv1.Batch
+	req      runnelv1.SyncRequest
+	partials []runnelv1.Partial
+	ptrs     []*runnelv1.Partial
+	wms      map[string]*runnelv1.Watermark
+	buf      []byte // copies of keys and states: entries are valid only in Read's callback
+}
+
+// build reads entries [from, to) up to max of them. It returns nil when
+// there is none.
+func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int) (*runnelv1.SyncRequest, uint64, error) {
+	b.partials, b.ptrs, b.buf = b.partials[:0], b.ptrs[:0], b.buf[:0]
+	if b.wms == nil {
+		b.wms = map[string]*runnelv1.Watermark{}
+	}
+	clear(b.wms)
+	var firstSeq, last uint64
+	n := 0
+	type span struct{ k0, k1, s0, s1 int }
+	var spans []span
+	err := ob.Read(from, func(e *Entry) bool {
+		if e.Seq >= to || n == max {
+			return false
+		}
+		if n == 0 {
+			firstSeq = e.Seq
+		}
+		n++
+		last = e.Seq
+		if e.Marker {
+			b.wms[e.Pipeline] = &runnelv1.Watermark{Pipeline: e.Pipeline, WatermarkMs: e.Watermark}
+			return true
+		}
+		k0 := len(b.buf)
+		b.buf = append(b.buf, e.Key...)
+		s0 := len(b.buf)
+		b.buf = append(b.buf, e.State...)
+		spans = append(spans, span{k0, s0, s0, len(b.buf)})
+		b.partials = append(b.partials, runnelv1.Partial{Seq: e.Seq, Pipeline: e.Pipeline,
+			WindowStart: e.Start, WindowEnd: e.End, Version: e.Version})
+		return true
+	})
+	if err != nil || n == 0 {
+		return nil, 0, err
+	}
+	// Slices into buf are taken once it has stopped growing.
+	for i := range b.partials {
+		p, s := &b.partials[i], spans[i]
+		p.Key, p.State = b.buf[s.k0:s.k1:s.k1], b.buf[s.s0:s.s1:s.s1]
+		b.ptrs = append(b.ptrs, p)
+	}
+	b.msg = runnelv1.Batch{EdgeId: edge, Epoch: epoch, FirstSeq: firstSeq, LastSeq: last, Partials: b.ptrs}
+	for _, w := range b.wms {
+		b.msg.Watermarks = append(b.msg.Watermarks, w)
+	}
+	b.req.Msg = &runnelv1.SyncRequest_Batch{Batch: &b.msg}
+	return &b.req, last, nil
+}
