@@ -301,7 +301,11 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 				continue
 			}
 			if err := stream.Send(msg); err != nil {
-				return progressed, recvErr(stream, err)
+				// The stream ended (Send says only io.EOF): the receiver
+				// has the hub's status.
+				rerr := <-recvDone
+				recvDone <- rerr
+				return progressed, rerr
 			}
 			u.batches.Add(1)
 			u.sent.Store(last)
@@ -326,7 +330,8 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 }
 
 // recvErr returns the stream's status when Send failed because the
-// stream ended (Send reports only io.EOF then).
+// stream ended (Send reports only io.EOF then). Only before the receiver
+// goroutine runs.
 func recvErr(stream grpc.BidiStreamingClient[runnelv1.SyncRequest, runnelv1.SyncResponse], err error) error {
 	if _, rerr := stream.Recv(); rerr != nil {
 		return rerr
