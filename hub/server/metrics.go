@@ -1,0 +1,85 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the hub's Prometheus metrics. The core's counters are read
+// from Status and Pipelines at scrape time; the server's own are kept
+// here.
+type metrics struct {
+	reg     *prometheus.Registry
+	streams prometheus.Gauge   // uplink streams open
+	sse     prometheus.Gauge   // SSE clients
+	refused prometheus.Counter // batches or hellos under another edge's id
+}
+
+func newMetrics(core Core) *metrics {
+	m := &metrics{
+		reg:     prometheus.NewRegistry(),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_uplink_streams", Help: "Uplink Sync streams open."}),
+		sse:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_sse_clients", Help: "Server-Sent Events subscribers connected."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnel_hub_uplink_permission_denied_total", Help: "Hellos and batches refused because they named another edge than their token's."}),
+	}
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.streams, m.sse, m.refused, coreCollector{core})
+	return m
+}
+
+// coreCollector exports the core's Status and per-pipeline watermarks.
+type coreCollector struct{ core Core }
+
+var (
+	descBatches     = prometheus.NewDesc("runnel_hub_batches_total", "Uplink batches applied.", nil, nil)
+	descBatchesDup  = prometheus.NewDesc("runnel_hub_batches_duplicate_total", "Uplink batches dropped as already applied.", nil, nil)
+	descPartials    = prometheus.NewDesc("runnel_hub_partials_total", "Edge partials merged.", nil, nil)
+	descPartialsDup = prometheus.NewDesc("runnel_hub_partials_duplicate_total", "Edge partials dropped: already applied, or older than the edge's stored version.", nil, nil)
+	descResults     = prometheus.NewDesc("runnel_hub_results_total", "Result versions emitted.", nil, nil)
+	descCommits     = prometheus.NewDesc("runnel_hub_commits_total", "Store commits.", nil, nil)
+	descCommitSecs  = prometheus.NewDesc("runnel_hub_commit_duration_seconds", "Duration of the last store commit.", nil, nil)
+	descCommitOK    = prometheus.NewDesc("runnel_hub_commit_healthy", "1 while commits succeed, 0 after a failed one.", nil, nil)
+	descEdgesLive   = prometheus.NewDesc("runnel_hub_edges_live", "Edges heard from within the edge timeout.", nil, nil)
+	descEdgesKnown  = prometheus.NewDesc("runnel_hub_edges_known", "Edges the hub has state for.", nil, nil)
+	descOpenWindows = prometheus.NewDesc("runnel_hub_open_windows", "Windows held open, waiting for the hub watermark.", nil, nil)
+	descWatermark   = prometheus.NewDesc("runnel_hub_watermark_seconds", "Hub watermark (min over live edges), Unix seconds; absent before any edge reported one.", []string{"pipeline"}, nil)
+	descPResults    = prometheus.NewDesc("runnel_hub_pipeline_results", "Result versions stored, per pipeline.", []string{"pipeline"}, nil)
+)
+
+func (c coreCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descBatches, descBatchesDup, descPartials, descPartialsDup, descResults, descCommits,
+		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descWatermark, descPResults} {
+		ch <- d
+	}
+}
+
+func (c coreCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.core.Status()
+	counter := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter(descBatches, st.Batches)
+	counter(descBatchesDup, st.BatchesDup)
+	counter(descPartials, st.Partials)
+	counter(descPartialsDup, st.PartialsDup)
+	counter(descResults, st.Results)
+	counter(descCommits, st.Commits)
+	gauge(descCommitSecs, float64(st.CommitNanos)/1e9)
+	ok := 1.0
+	if st.CommitErr != "" {
+		ok = 0
+	}
+	gauge(descCommitOK, ok)
+	gauge(descEdgesLive, float64(st.EdgesLive))
+	gauge(descEdgesKnown, float64(st.EdgesKnown))
+	gauge(descOpenWindows, float64(st.OpenWindows))
+	for _, p := range c.core.Pipelines() {
+		if p.HasWatermark {
+			gauge(descWatermark, float64(p.Watermark)/1e3, p.Pipeline.Name)
+		}
+		gauge(descPResults, float64(p.Results), p.Pipeline.Name)
+	}
+}

@@ -1,0 +1,253 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/test/bufconn"
+
+	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
+	_ "github.com/runnel-io/runnel/sync/grpczstd" // edges may compress batches with zstd
+)
+
+// Defaults of Config.
+const (
+	DefaultGRPCAddr  = "127.0.0.1:7443"
+	DefaultHTTPAddr  = "127.0.0.1:7080"
+	DefaultHeartbeat = 15 * time.Second
+)
+
+// maxMsgSize bounds a received gRPC message (an uplink batch).
+const maxMsgSize = 16 << 20
+
+// Config configures a Server. The zero value of a field is its default.
+type Config struct {
+	GRPCAddr string // host:port of the gRPC listener (edges and API); default DefaultGRPCAddr
+	HTTPAddr string // host:port of REST, SSE, /healthz, /metrics; default DefaultHTTPAddr
+
+	// CertFile and KeyFile (PEM) turn on TLS on both listeners. Without
+	// them the server refuses to start unless Insecure is set.
+	CertFile, KeyFile string
+	Insecure          bool // plaintext; logged as a warning
+
+	// EdgeTokens maps an edge id to its bearer token. An edge may only
+	// send Hellos and batches under its own id. Empty: every Sync is
+	// refused.
+	EdgeTokens map[string]string
+	// APIToken, when set, is required (as a bearer token) by the Results
+	// and Health services, REST and SSE; empty: the read API is open.
+	// /healthz and /metrics are always open.
+	APIToken string
+
+	Heartbeat time.Duration // SSE comment interval; default DefaultHeartbeat
+	Version   string        // reported by Health.Check
+	Logger    *slog.Logger  // default slog.Default()
+}
+
+// Server is the hub's network side. Start it, then Shutdown it; a
+// Server is not restarted.
+type Server struct {
+	cfg     Config
+	core    Core
+	log     *slog.Logger
+	tokens  *tokens
+	tls     *tls.Config // nil: plaintext
+	metrics *metrics
+
+	grpc, inner *grpc.Server // inner serves the gateway, in process
+	innerLis    *bufconn.Listener
+	innerConn   *grpc.ClientConn
+	http        *http.Server
+	grpcLis     net.Listener
+	httpLis     net.Listener
+
+	quit     chan struct{} // closed when Shutdown starts
+	quitOnce sync.Once
+	errc     chan error     // a listener that failed while serving
+	wg       sync.WaitGroup // serving loops and uplink receive loops
+}
+
+// New checks cfg and builds a Server for core. It opens nothing; Start
+// listens.
+func New(core Core, cfg Config) (*Server, error) {
+	cfg.GRPCAddr = cmp.Or(cfg.GRPCAddr, DefaultGRPCAddr)
+	cfg.HTTPAddr = cmp.Or(cfg.HTTPAddr, DefaultHTTPAddr)
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, DefaultHeartbeat)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, core: core, log: cfg.Logger, quit: make(chan struct{}), errc: make(chan error, 3)}
+	var err error
+	if s.tokens, err = newTokens(cfg.EdgeTokens, cfg.APIToken); err != nil {
+		return nil, fmt.Errorf("server: tokens: %w", err)
+	}
+	switch {
+	case cfg.CertFile != "" || cfg.KeyFile != "":
+		if cfg.CertFile == "" || cfg.KeyFile == "" {
+			return nil, errors.New("server: TLS needs both a certificate and a key file")
+		}
+		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: TLS certificate %s, key %s: %w", cfg.CertFile, cfg.KeyFile, err)
+		}
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	case !cfg.Insecure:
+		return nil, errors.New("server: no TLS certificate and key; set them, or allow plaintext explicitly (insecure)")
+	}
+	s.metrics = newMetrics(core)
+
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxMsgSize),
+		grpc.ChainUnaryInterceptor(s.tokens.unary),
+		grpc.ChainStreamInterceptor(s.tokens.stream),
+		// Edges on flaky links ping to keep NAT state; a dead one is
+		// dropped after a missed ping.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+	}
+	grpcOpts := opts
+	if s.tls != nil {
+		grpcOpts = append(slices.Clip(opts), grpc.Creds(credentials.NewTLS(s.tls)))
+	}
+	s.grpc = grpc.NewServer(grpcOpts...)
+	runnelv1.RegisterUplinkServer(s.grpc, &uplink{s: s})
+	runnelv1.RegisterResultsServer(s.grpc, &results{s: s})
+	runnelv1.RegisterHealthServer(s.grpc, &health{s: s})
+
+	// The gateway calls an in-process server over a pipe: grpc-gateway's
+	// direct (HandlerServer) mode cannot stream, and dialing our own
+	// TLS listener would need a certificate valid for loopback. Same
+	// interceptors, so REST requests carry and need the same token.
+	s.inner = grpc.NewServer(opts...)
+	runnelv1.RegisterResultsServer(s.inner, &results{s: s})
+	runnelv1.RegisterHealthServer(s.inner, &health{s: s})
+	s.innerLis = bufconn.Listen(1 << 20)
+	s.innerConn, err = grpc.NewClient("passthrough:///hub",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.innerLis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("server: gateway connection: %w", err)
+	}
+	handler, err := s.httpHandler()
+	if err != nil {
+		s.innerConn.Close()
+		return nil, err
+	}
+	s.http = &http.Server{Handler: handler, TLSConfig: s.tls, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	return s, nil
+}
+
+// Start listens on both addresses and serves in the background. When it
+// returns nil, both listeners accept connections.
+func (s *Server) Start() error {
+	var err error
+	if s.grpcLis, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		s.innerConn.Close()
+		return fmt.Errorf("server: gRPC listener: %w", err)
+	}
+	if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		s.grpcLis.Close()
+		s.innerConn.Close()
+		return fmt.Errorf("server: HTTP listener: %w", err)
+	}
+	if s.tls == nil {
+		s.log.Warn("hub: serving without TLS (insecure): tokens and results cross the network in plaintext",
+			"grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String())
+	}
+	if len(s.cfg.EdgeTokens) == 0 {
+		s.log.Warn("hub: no edge tokens configured; every edge is refused")
+	}
+	serve := func(name string, f func() error) {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := f(); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, http.ErrServerClosed) {
+				s.errc <- fmt.Errorf("server: %s: %w", name, err)
+			}
+		}()
+	}
+	serve("gRPC", func() error { return s.grpc.Serve(s.grpcLis) })
+	serve("gateway", func() error { return s.inner.Serve(s.innerLis) })
+	if s.tls != nil {
+		serve("HTTPS", func() error { return s.http.ServeTLS(s.httpLis, "", "") })
+	} else {
+		serve("HTTP", func() error { return s.http.Serve(s.httpLis) })
+	}
+	s.log.Info("hub: listening", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String(), "tls", s.tls != nil)
+	return nil
+}
+
+// GRPCAddr and HTTPAddr return the listeners' addresses (useful with
+// port 0); nil before Start.
+func (s *Server) GRPCAddr() net.Addr { return addr(s.grpcLis) }
+func (s *Server) HTTPAddr() net.Addr { return addr(s.httpLis) }
+
+func addr(l net.Listener) net.Addr {
+	if l == nil {
+		return nil
+	}
+	return l.Addr()
+}
+
+// Err reports a listener that stopped serving on its own (the server is
+// then no longer whole: shut it down).
+func (s *Server) Err() <-chan error { return s.errc }
+
+// Serve starts the server, serves until ctx ends or a listener fails, and
+// then shuts down, giving connections up to grace to finish.
+func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
+	if err := s.Start(); err != nil {
+		return err
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-s.errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return errors.Join(err, s.Shutdown(sctx))
+}
+
+// Shutdown stops the server: uplink streams end with Unavailable (edges
+// reconnect to the next hub or retry), subscriptions and SSE streams end,
+// in-flight unary calls finish until ctx ends, and then everything is
+// cut. It returns once every goroutine the server started has stopped;
+// after that the core may be closed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.quitOnce.Do(func() { close(s.quit) })
+	var errs []error
+	if s.grpcLis != nil {
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("server: HTTP shutdown: %w", err))
+			s.http.Close()
+		}
+	}
+	for _, g := range []*grpc.Server{s.grpc, s.inner} {
+		done := make(chan struct{})
+		go func() { g.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			g.Stop()
+			<-done
+			errs = append(errs, fmt.Errorf("server: gRPC shutdown: %w", ctx.Err()))
+		}
+	}
+	s.innerConn.Close()
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
