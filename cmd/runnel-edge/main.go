@@ -5,6 +5,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"errors"
 	"flag"
@@ -24,6 +26,7 @@ import (
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
+	"github.com/runnel-io/runnel/sync/uplink"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
 
@@ -243,6 +246,22 @@ func run(ctx context.Context, args []string) error {
 	if c.Broker.TLS.IsSet() {
 		nc.Broker.TLS = &mqtt.TLSConfig{CAFile: c.Broker.TLS.CAFile, CertFile: c.Broker.TLS.CertFile, KeyFile: c.Broker.TLS.KeyFile,
 			InsecureSkipVerify: c.Broker.TLS.InsecureSkipVerify, ServerName: c.Broker.TLS.ServerName}
+	}
+	if c.Uplink.Hub != "" {
+		up := &uplink.Config{Hub: c.Uplink.Hub, Token: c.Uplink.Token, Insecure: c.Uplink.Insecure,
+			BatchEntries: c.Uplink.BatchEntries, Logger: lg}
+		if !c.Uplink.Insecure {
+			up.TLS = &tls.Config{ServerName: c.Uplink.ServerName, MinVersion: tls.VersionTLS12}
+			if c.Uplink.CAFile != "" {
+				pem, err := os.ReadFile(c.Uplink.CAFile)
+				if err != nil {
+					return err
+				}
+				up.TLS.RootCAs = x509.NewCertPool()
+				up.TLS.RootCAs.AppendCertsFromPEM(pem)
+			}
+		}
+		nc.Uplink = up
 	}
 	if c.DiskCap.Policy == config.PolicyDropRaw {
 		lg.Warn("runnel-edge: disk_cap.policy drop_raw is not implemented yet; blocking at the cap instead")

@@ -34,6 +34,7 @@ type Config struct {
 	IngestLog       IngestLog
 	DiskCap         DiskCap
 	Dedup           Dedup
+	Uplink          Uplink
 	HTTP            HTTP
 	Log             Log
 	ShutdownTimeout time.Duration
@@ -103,6 +104,19 @@ type DiskCap struct {
 // Dedup configures the dropping of MQTT redeliveries by event id.
 type Dedup struct {
 	IDs int // how many of the latest event ids are remembered
+}
+
+// Uplink configures the sending of committed results to the hub.
+type Uplink struct {
+	Hub string // host:port of the hub's gRPC listener; empty: no uplink
+	// Token holds the edge's bearer token however it was given: after
+	// Load, the contents of TokenFile when that was set. Never log it.
+	Token        string
+	TokenFile    string
+	CAFile       string // PEM roots to verify the hub with; empty: the system roots
+	ServerName   string // name to verify, when it differs from the address's host
+	Insecure     bool   // plaintext, no TLS (loopback tests and demos only)
+	BatchEntries int
 }
 
 // HTTP configures the metrics and health endpoint.

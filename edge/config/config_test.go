@@ -41,6 +41,7 @@ func wantDefaults(host string) *Config {
 		IngestLog:       IngestLog{SegmentSize: 64 << 20, Sync: SyncGroup, SyncDelay: 2 * time.Millisecond, Compression: CompressionNone},
 		DiskCap:         DiskCap{Bytes: 1 << 30, Policy: PolicyBlock},
 		Dedup:           Dedup{IDs: 16384},
+		Uplink:          Uplink{BatchEntries: 500},
 		HTTP:            HTTP{Addr: "127.0.0.1:9464"},
 		Log:             Log{Level: LevelInfo, Format: FormatText},
 		ShutdownTimeout: 10 * time.Second,
@@ -372,6 +373,7 @@ func TestValidate(t *testing.T) {
 			`ingest_log.compression: unknown value ""; use none or zstd`,
 			`disk_cap.policy: unknown value ""; use block or drop_raw`,
 			"dedup.ids: 0 is out of range; must be 1 to 16777216",
+			"uplink.batch_entries: 0 is out of range; must be 1 to 100000",
 			`log.level: unknown value ""; use info, debug, warn or error`,
 			`log.format: unknown value ""; use text or json`,
 		}, "\n")},
@@ -381,6 +383,10 @@ func TestValidate(t *testing.T) {
 			`pipelines: item 2: empty path`},
 		{"reconnect", func(c *Config) { c.Broker.Reconnect = Reconnect{Min: time.Minute, Max: time.Second} },
 			"broker.reconnect.min: 1m is more than broker.reconnect.max (1s)"},
+		{"uplink token without hub", func(c *Config) { c.Uplink.Token = "t" }, "uplink.token: has no effect without uplink.hub"},
+		{"uplink insecure with tls", func(c *Config) {
+			c.Uplink.Hub, c.Uplink.Insecure, c.Uplink.ServerName = "hub:7443", true, "hub"
+		}, "uplink.tls.server_name: TLS settings contradict uplink.insecure: true"},
 		{"tls without mqtts", func(c *Config) { c.Broker.URL = "mqtt://b:1883"; c.Broker.TLS.ServerName = "b" },
 			`broker.tls.server_name: TLS settings apply to mqtts:// brokers only, and broker.url ("mqtt://b:1883") is not one`},
 		{"tls with the embedded broker", func(c *Config) { c.Broker.TLS.InsecureSkipVerify = true },

@@ -158,6 +158,42 @@ func (v *validator) crossChecks() {
 		}
 	}
 
+	const tok, tokFile = "uplink.token", "uplink.token_file"
+	switch {
+	case v.loaded && v.set(tok) && v.set(tokFile):
+		v.add(tokFile, "uplink.token is also set (from %s); give the token one way only", v.where[tok])
+	case c.Uplink.TokenFile != "":
+		if data := v.readFile(tokFile, c.Uplink.TokenFile, maxPasswordSize); data != nil {
+			s := strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), "\r")
+			switch {
+			case s == "":
+				v.add(tokFile, "%s is empty", c.Uplink.TokenFile)
+			case v.loaded:
+				c.Uplink.Token = s
+			}
+		}
+	}
+	u := c.Uplink
+	uplinkOnly := []struct {
+		path string
+		set  bool
+	}{{tok, u.Token != "" && u.TokenFile == ""}, {tokFile, u.TokenFile != ""}, {"uplink.tls.ca_file", u.CAFile != ""},
+		{"uplink.tls.server_name", u.ServerName != ""}, {"uplink.insecure", u.Insecure}}
+	for _, o := range uplinkOnly {
+		switch {
+		case !o.set:
+		case u.Hub == "":
+			v.add(o.path, "has no effect without uplink.hub")
+		case u.Insecure && o.path != "uplink.insecure" && o.path != tok && o.path != tokFile:
+			v.add(o.path, "TLS settings contradict uplink.insecure: true")
+		}
+	}
+	if c.Uplink.CAFile != "" && v.ok("uplink.tls.ca_file") {
+		if data := v.readFile("uplink.tls.ca_file", c.Uplink.CAFile, 1<<20); data != nil && !x509.NewCertPool().AppendCertsFromPEM(data) {
+			v.add("uplink.tls.ca_file", "%s holds no PEM certificate", c.Uplink.CAFile)
+		}
+	}
+
 	if c.DataDir != "" && v.ok("data_dir") {
 		fi, err := os.Stat(c.DataDir)
 		switch {
