@@ -1,15 +1,16 @@
-// Package hub is the hub node's core: it applies edge batches exactly once,
-// merges the edges' partials per (pipeline, key, window), tracks the hub
-// watermark, emits versioned results and keeps them durable in bbolt.
-// The network side (gRPC, REST, auth) is hub/server; this package knows
-// nothing of it beyond the batch message.
 package hub
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/runnel-io/runnel/operators"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
@@ -26,6 +27,11 @@ var (
 	ErrBadBatch = errors.New("hub: bad batch")
 	// ErrClosed: the hub is shutting down.
 	ErrClosed = errors.New("hub: closed")
+	// ErrBadQuery: a query names an unknown pipeline or carries a cursor
+	// this hub did not hand out.
+	ErrBadQuery = errors.New("hub: bad query")
+	// ErrCorrupt: the store holds bytes that do not decode; Open fails.
+	ErrCorrupt = errors.New("hub: store corrupt")
 )
 
 // Config configures a Hub.
@@ -95,10 +101,13 @@ type Status struct {
 	BatchesDup  uint64 // dropped as already applied
 	Partials    uint64 // merged
 	PartialsDup uint64 // dropped: already applied, or older than the edge's stored version
-	Results     uint64 // result versions emitted
-	Commits     uint64
-	CommitNanos int64 // last commit duration
-	OpenWindows int
+	// PartialsExpired: dropped because their window ended more than
+	// Retention before the hub watermark (and was deleted).
+	PartialsExpired uint64
+	Results         uint64 // result versions emitted
+	Commits         uint64
+	CommitNanos     int64 // last commit duration
+	OpenWindows     int
 }
 
 // The methods below are the contract with hub/server; see each doc.
@@ -115,22 +124,237 @@ var _ interface {
 	Close() error
 } = (*Hub)(nil)
 
-// Hub is the hub node's core. (Stub: being built; every method fails.)
-type Hub struct{}
-
-// Open opens (creating if needed) the hub's store and restores its state.
-func Open(cfg Config) (*Hub, error)                                       { return nil, ErrClosed }
-func (h *Hub) Hello(edgeID string, epoch, nextSeq uint64) (Resume, error) { return Resume{}, ErrClosed }
-func (h *Hub) Apply(b *runnelv1.Batch) error                              { return ErrClosed }
-func (h *Hub) Acked(edgeID string) (epoch, seq uint64, next <-chan struct{}) {
-	return 0, 0, nil
+// Validate reports every problem with c at once. Zero values mean defaults
+// and are valid, except Dir.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("hub: config: Dir is empty"))
+	}
+	if c.KeyGroups < 0 || c.KeyGroups > 1<<16 {
+		errs = append(errs, fmt.Errorf("hub: config: KeyGroups %d outside [1, 65536] (0: default)", c.KeyGroups))
+	}
+	for name, d := range map[string]time.Duration{
+		"EdgeTimeout": c.EdgeTimeout, "Retention": c.Retention, "CommitInterval": c.CommitInterval,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("hub: config: %s %v is negative", name, d))
+		}
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Pipelines {
+		switch {
+		case p == nil || p.Aggregates == nil:
+			errs = append(errs, fmt.Errorf("hub: config: pipeline %d is not compiled", i))
+		case p.Name == "" || len(p.Name) > maxPipeLen:
+			errs = append(errs, fmt.Errorf("hub: config: pipeline %d: name of %d bytes", i, len(p.Name)))
+		case seen[p.Name]:
+			errs = append(errs, fmt.Errorf("hub: config: pipeline %q given twice", p.Name))
+		default:
+			seen[p.Name] = true
+		}
+	}
+	return errors.Join(errs...)
 }
-func (h *Hub) Pipelines() []PipelineInfo                           { return nil }
-func (h *Hub) Pipeline(name string) *operators.Pipeline            { return nil }
-func (h *Hub) Edges() []EdgeInfo                                   { return nil }
-func (h *Hub) Query(q Query) (rs []Result, next []byte, err error) { return nil, nil, ErrClosed }
-func (h *Hub) Subscribe(ctx context.Context, pipeline string, key []byte) <-chan Result {
+
+// withDefaults returns c with zero values replaced by defaults. KeyGroups
+// stays 0 here: Open takes the store's value, or 128 for a new store.
+func (c Config) withDefaults() Config {
+	if c.EdgeTimeout == 0 {
+		c.EdgeTimeout = time.Minute
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = 20 * time.Millisecond
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+const defaultKeyGroups = 128
+
+// Hub is the hub node's core: see the package documentation.
+// Its methods are safe for concurrent use.
+type Hub struct {
+	cfg       Config
+	db        *bolt.DB
+	keyGroups int
+
+	// commitMu serialises commits; it is taken before mu, never after.
+	commitMu sync.Mutex
+	ws       writeSet // guarded by commitMu
+	dbClosed bool     // guarded by commitMu
+
+	mu       sync.Mutex
+	closed   bool
+	pipes    map[string]*pipe
+	pipeList []*pipe
+	edges    []*edge
+	edgeIdx  map[string]int32
+	dirty    []*window // windows with parts to write
+	next     chan struct{}
+	stats    Status
+
+	subMu      sync.Mutex
+	subs       map[*subscriber]struct{}
+	subsClosed bool
+
+	stop      chan struct{}
+	loopDone  chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating if needed) the hub's store, Dir/hub.db, restores its
+// state and starts the commit loop. Config.KeyGroups must match the store's
+// (0 takes the store's, or 128 for a new store).
+func Open(cfg Config) (*Hub, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("hub: open: %w", err)
+	}
+	path := filepath.Join(cfg.Dir, "hub.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: cfg.NoSync, NoFreelistSync: true})
+	if err != nil {
+		return nil, fmt.Errorf("hub: open %s: %w", path, err)
+	}
+	h := &Hub{
+		cfg:      cfg,
+		db:       db,
+		pipes:    map[string]*pipe{},
+		edgeIdx:  map[string]int32{},
+		next:     make(chan struct{}),
+		subs:     map[*subscriber]struct{}{},
+		stop:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+	}
+	if err := h.restore(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("hub: open %s: %w", path, err)
+	}
+	go h.loop()
+	return h, nil
+}
+
+// loop commits every CommitInterval until Close.
+func (h *Hub) loop() {
+	defer close(h.loopDone)
+	t := time.NewTicker(h.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+			_ = h.Commit() // logged and retried by the next commit
+		}
+	}
+}
+
+// Acked returns the edge's epoch and the highest sequence of it that is
+// durable, and a channel closed at the next commit (or at Close), after
+// which they may have changed. An unknown edge has epoch and seq 0.
+func (h *Hub) Acked(edgeID string) (epoch, seq uint64, next <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i, ok := h.edgeIdx[edgeID]; ok {
+		e := h.edges[i]
+		return e.epoch, e.ackedSeq(), h.next
+	}
+	return 0, 0, h.next
+}
+
+// Pipelines describes the pipelines the hub merges, in Config order.
+func (h *Hub) Pipelines() []PipelineInfo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]PipelineInfo, len(h.pipeList))
+	for i, pp := range h.pipeList {
+		out[i] = PipelineInfo{Pipeline: pp.p, Watermark: pp.wm, HasWatermark: pp.hasWM, Results: pp.results}
+	}
+	return out
+}
+
+// Pipeline returns the named pipeline, or nil.
+func (h *Hub) Pipeline(name string) *operators.Pipeline {
+	if pp := h.pipes[name]; pp != nil { // immutable after Open
+		return pp.p
+	}
 	return nil
 }
-func (h *Hub) Status() Status { return Status{} }
-func (h *Hub) Close() error   { return nil }
+
+// Edges describes every edge the hub has heard from, in order of first
+// contact.
+func (h *Hub) Edges() []EdgeInfo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.cfg.Now()
+	out := make([]EdgeInfo, len(h.edges))
+	for i, e := range h.edges {
+		out[i] = EdgeInfo{
+			ID:         e.id,
+			Epoch:      e.epoch,
+			AckedSeq:   e.ackedSeq(),
+			LastSeen:   e.lastSeen,
+			Live:       h.live(e, now),
+			Watermarks: map[string]int64{},
+		}
+		for j, pp := range h.pipeList {
+			if e.hasWM[j] {
+				out[i].Watermarks[pp.p.Name] = e.wm[j]
+			}
+		}
+	}
+	return out
+}
+
+// Status returns the counters and health.
+func (h *Hub) Status() Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.stats
+	now := h.cfg.Now()
+	st.EdgesKnown = len(h.edges)
+	for _, e := range h.edges {
+		if h.live(e, now) {
+			st.EdgesLive++
+		}
+	}
+	for _, pp := range h.pipeList {
+		st.OpenWindows += pp.nwin
+	}
+	return st
+}
+
+// Close stops the commit loop, commits what was applied, closes the
+// subscriptions and the store. Apply and Hello fail with ErrClosed from
+// the moment Close starts. Close is idempotent.
+func (h *Hub) Close() error {
+	h.closeOnce.Do(func() {
+		h.mu.Lock()
+		h.closed = true
+		h.mu.Unlock()
+		close(h.stop)
+		<-h.loopDone
+		h.commitMu.Lock()
+		err := h.commitLocked()
+		h.closeErr = errors.Join(err, h.db.Close())
+		h.dbClosed = true
+		h.commitMu.Unlock()
+		h.mu.Lock()
+		close(h.next)
+		h.mu.Unlock()
+		h.closeSubs()
+	})
+	return h.closeErr
+}

@@ -1,0 +1,225 @@
+package hub
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/runnel-io/runnel/window/aggregate"
+
+	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
+)
+
+// Hello registers an edge's (re)connection and says where it resumes.
+//
+// An unknown edge is adopted with its epoch and nothing acked. An epoch
+// below the one the hub holds is refused with ErrFenced. A higher epoch is
+// adopted: the edge restarted its sequence, and nothing of the new epoch is
+// acked yet. For the same epoch the answer is the durable acked sequence;
+// when the edge is behind it (nextSeq-1 < AckedSeq, restored from an older
+// copy) the hub only reports it and the edge starts a new epoch itself.
+func (h *Hub) Hello(edgeID string, epoch, nextSeq uint64) (Resume, error) {
+	if edgeID == "" || len(edgeID) > maxEdgeID {
+		return Resume{}, fmt.Errorf("hub: hello: edge id of %d bytes, want 1..%d: %w", len(edgeID), maxEdgeID, ErrBadBatch)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return Resume{}, ErrClosed
+	}
+	e := h.edgeFor(edgeID, epoch)
+	switch {
+	case epoch < e.epoch:
+		return Resume{}, fmt.Errorf("hub: hello from %q with epoch %d, the hub holds %d: %w", edgeID, epoch, e.epoch, ErrFenced)
+	case epoch > e.epoch:
+		e.adopt(epoch)
+	}
+	e.lastSeen = h.cfg.Now()
+	e.dirty = true
+	_ = nextSeq // an edge behind the hub finds out from the answer
+	return Resume{Epoch: e.epoch, AckedSeq: e.ackedSeq()}, nil
+}
+
+// edgeFor returns the edge, creating it with epoch when it is new.
+func (h *Hub) edgeFor(id string, epoch uint64) *edge {
+	if e, ok := h.edgeIdx[id]; ok {
+		return h.edges[e]
+	}
+	e := &edge{
+		id:    id,
+		idx:   int32(len(h.edges)),
+		epoch: epoch,
+		wm:    make([]int64, len(h.pipeList)),
+		hasWM: make([]bool, len(h.pipeList)),
+		dirty: true,
+	}
+	h.edges = append(h.edges, e)
+	h.edgeIdx[id] = e.idx
+	return e
+}
+
+// Apply merges a batch into memory; it becomes durable, and is acked, at the
+// next group commit. See the package documentation for the rules.
+func (h *Hub) Apply(b *runnelv1.Batch) error {
+	if err := h.validate(b); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	e := h.edgeFor(b.EdgeId, b.Epoch)
+	switch {
+	case b.Epoch < e.epoch:
+		return fmt.Errorf("hub: batch from %q with epoch %d, the hub holds %d: %w", b.EdgeId, b.Epoch, e.epoch, ErrFenced)
+	case b.Epoch > e.epoch:
+		e.adopt(b.Epoch)
+	}
+	applied := e.applied
+	// Nothing applied in this epoch yet: the edge deleted what an earlier
+	// incarnation of the hub acked, so any start is accepted.
+	if applied > 0 && b.FirstSeq > applied+1 {
+		return fmt.Errorf("hub: batch from %q epoch %d starts at seq %d, the hub expects %d: %w",
+			b.EdgeId, b.Epoch, b.FirstSeq, applied+1, ErrGap)
+	}
+
+	e.lastSeen = h.cfg.Now()
+	e.dirty = true
+	for _, wm := range b.Watermarks {
+		i := h.pipes[wm.Pipeline].idx
+		if !e.hasWM[i] || wm.WatermarkMs > e.wm[i] {
+			e.wm[i] = wm.WatermarkMs
+			e.hasWM[i] = true
+		}
+	}
+	if len(b.Partials) > 0 && b.LastSeq <= applied {
+		h.stats.BatchesDup++
+		h.stats.PartialsDup += uint64(len(b.Partials))
+		return nil
+	}
+	h.stats.Batches++
+
+	var pp *pipe
+	for _, p := range b.Partials {
+		if p.Seq <= applied {
+			h.stats.PartialsDup++
+			continue
+		}
+		if pp == nil || pp.p.Name != p.Pipeline {
+			pp = h.pipes[p.Pipeline]
+		}
+		h.applyPartial(pp, e, b.Epoch, p)
+	}
+	e.applied = max(applied, b.LastSeq)
+	return nil
+}
+
+// applyPartial stores p as e's partial of its window, if it is newer than
+// the one stored. It does not allocate once the window and part exist.
+func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial) {
+	if p.WindowEnd < pp.expiredTo {
+		h.stats.PartialsExpired++
+		return
+	}
+	kh := xxhash.Sum64(p.Key)
+	kg := uint32(kh % uint64(h.keyGroups))
+	wh := windowHash(kh, p.WindowStart, p.WindowEnd)
+	w := pp.lookup(kg, wh, p.Key, p.WindowStart, p.WindowEnd)
+	if w == nil {
+		w = pp.create(kg, wh, p.Key, p.WindowStart, p.WindowEnd)
+	}
+	pt := w.partOf(e.idx)
+	if pt == nil {
+		w.parts = append(w.parts, part{edge: e.idx})
+		pt = &w.parts[len(w.parts)-1]
+	} else if !newer(epoch, p.Seq, pt.epoch, pt.seq) {
+		h.stats.PartialsDup++
+		return
+	}
+	pt.epoch, pt.seq, pt.version = epoch, p.Seq, p.Version
+	pt.state = append(pt.state[:0], p.State...)
+	pt.dirty = true
+	if !w.dirty {
+		w.dirty = true
+		h.dirty = append(h.dirty, w)
+	}
+	pp.markPending(w)
+	h.stats.Partials++
+}
+
+// validate checks all of b against the hub's pipelines without touching any
+// state. Every error wraps ErrBadBatch and names the partial.
+func (h *Hub) validate(b *runnelv1.Batch) error {
+	if b == nil {
+		return fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("hub: batch from %q epoch %d seqs %d..%d: %s: %w",
+			b.EdgeId, b.Epoch, b.FirstSeq, b.LastSeq, fmt.Sprintf(format, args...), ErrBadBatch)
+	}
+	switch {
+	case b.EdgeId == "":
+		return bad("empty edge id")
+	case len(b.EdgeId) > maxEdgeID:
+		return bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
+	case b.FirstSeq == 0:
+		return bad("first_seq 0: sequences start at 1")
+	case b.FirstSeq > b.LastSeq && (b.LastSeq == math.MaxUint64 || b.FirstSeq != b.LastSeq+1):
+		return bad("first_seq after last_seq + 1")
+	case b.FirstSeq > b.LastSeq && len(b.Partials) > 0:
+		return bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
+	}
+	prev := b.FirstSeq - 1
+	var pp *pipe
+	var st *aggregate.State
+	defer func() {
+		if st != nil {
+			pp.scratch.Put(st)
+		}
+	}()
+	for i, p := range b.Partials {
+		if p == nil {
+			return bad("partial %d is nil", i)
+		}
+		switch {
+		case p.Seq <= prev:
+			return bad("partial %d: seq %d not after %d", i, p.Seq, prev)
+		case p.Seq > b.LastSeq:
+			return bad("partial %d: seq %d after last_seq", i, p.Seq)
+		case p.WindowEnd <= p.WindowStart:
+			return bad("partial %d (seq %d): window end %d not after start %d", i, p.Seq, p.WindowEnd, p.WindowStart)
+		case len(p.Key) > maxKeyLen:
+			return bad("partial %d (seq %d): key of %d bytes, at most %d", i, p.Seq, len(p.Key), maxKeyLen)
+		}
+		prev = p.Seq
+		if pp == nil || pp.p.Name != p.Pipeline {
+			if st != nil {
+				pp.scratch.Put(st)
+				st = nil
+			}
+			if pp = h.pipes[p.Pipeline]; pp == nil {
+				return bad("partial %d (seq %d): unknown pipeline %q", i, p.Seq, p.Pipeline)
+			}
+			st = pp.scratch.Get().(*aggregate.State)
+		}
+		if pp.keyed != (len(p.Key) > 0) {
+			if pp.keyed {
+				return bad("partial %d (seq %d): empty key for pipeline %q, which has key fields", i, p.Seq, p.Pipeline)
+			}
+			return bad("partial %d (seq %d): key given for pipeline %q, which has no key fields", i, p.Seq, p.Pipeline)
+		}
+		if err := pp.set.Decode(st, p.State); err != nil {
+			return bad("partial %d (seq %d) of pipeline %q: state: %v", i, p.Seq, p.Pipeline, err)
+		}
+	}
+	for _, wm := range b.Watermarks {
+		if wm == nil {
+			return bad("nil watermark")
+		}
+		if h.pipes[wm.Pipeline] == nil {
+			return bad("watermark for unknown pipeline %q", wm.Pipeline)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,394 @@
+package hub
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The group commit. Under Hub.mu, prepare advances the hub watermarks, emits
+// the windows they passed, expires old windows and copies everything that
+// changed into a writeSet. The bbolt transaction then runs without mu, so
+// Apply keeps going while the disk works. Only after the transaction
+// commits do the edges' acked sequences advance and the emitted results
+// reach subscribers: what an ack promises is on disk.
+//
+// A failed transaction keeps its writeSet; the next commit writes it again,
+// followed by what changed since, so nothing is lost and nothing is acked
+// before it is durable.
+
+// opKind says what a write does.
+type opKind uint8
+
+const (
+	opPutPartial  opKind = iota // partials/<kg>: k -> v
+	opDelPartial                // partials/<kg>: delete k
+	opPutResult                 // results/<pipeline>: k -> v
+	opDelResults                // results/<pipeline>: delete windows ending before n
+	opPutEdge                   // edges: k -> v
+	opPutPipeline               // pipelines: k -> v
+)
+
+// op is one write; its key and value are ranges of writeSet.buf, which may
+// grow (and move) while ops are added.
+type op struct {
+	kind   opKind
+	kg     uint32
+	pipe   int32
+	k0, k1 int
+	v0, v1 int
+	n      int64
+}
+
+// ackTo is an edge's durable position once the writeSet commits.
+type ackTo struct {
+	e          *edge
+	epoch, seq uint64
+}
+
+type writeSet struct {
+	buf     []byte
+	ops     []op
+	acks    []ackTo
+	results []Result
+	scratch []byte
+}
+
+func (ws *writeSet) empty() bool { return len(ws.ops) == 0 }
+
+func (ws *writeSet) reset() {
+	ws.buf = ws.buf[:0]
+	ws.ops = ws.ops[:0]
+	ws.acks = ws.acks[:0]
+	clear(ws.results) // drop references for the GC
+	ws.results = ws.results[:0]
+}
+
+// add appends an op whose key is ws.buf[k0:] up to the value, which the
+// caller appended after the key: key is buf[k0:k1], value buf[k1:].
+func (ws *writeSet) add(kind opKind, kg uint32, pipe int32, k0, k1 int) {
+	ws.ops = append(ws.ops, op{kind: kind, kg: kg, pipe: pipe, k0: k0, k1: k1, v0: k1, v1: len(ws.buf)})
+}
+
+// addRecord appends key and the record frame around payload as one op.
+func (ws *writeSet) addRecord(kind opKind, kg uint32, pipe int32, key, payload []byte) {
+	k0 := len(ws.buf)
+	ws.buf = append(ws.buf, key...)
+	k1 := len(ws.buf)
+	ws.buf = appendRecord(ws.buf, key, payload)
+	ws.add(kind, kg, pipe, k0, k1)
+}
+
+func (ws *writeSet) addDelete(kind opKind, kg uint32, pipe int32, key []byte) {
+	k0 := len(ws.buf)
+	ws.buf = append(ws.buf, key...)
+	ws.add(kind, kg, pipe, k0, len(ws.buf))
+}
+
+// Commit runs a group commit now, as the commit loop does every
+// CommitInterval: it makes everything applied so far durable, advances the
+// acked sequences and delivers the emitted results. Tests and shutdown use
+// it; the server need not.
+func (h *Hub) Commit() error {
+	h.commitMu.Lock()
+	defer h.commitMu.Unlock()
+	if h.dbClosed {
+		return ErrClosed
+	}
+	return h.commitLocked()
+}
+
+func (h *Hub) commitLocked() error {
+	began := time.Now()
+	h.mu.Lock()
+	h.prepare(&h.ws)
+	ws := &h.ws
+	if ws.empty() {
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+
+	err := h.db.Update(func(tx *bolt.Tx) error { return h.write(tx, ws) })
+
+	h.mu.Lock()
+	if err != nil {
+		h.stats.CommitErr = err.Error()
+		h.mu.Unlock()
+		h.cfg.Logger.Error("hub: commit failed; it is retried with the next", "err", err)
+		return err
+	}
+	for _, a := range ws.acks {
+		a.e.ackedEpoch, a.e.acked = a.epoch, a.seq
+	}
+	h.stats.CommitErr = ""
+	h.stats.Commits++
+	h.stats.Results += uint64(len(ws.results))
+	h.stats.CommitNanos = int64(time.Since(began))
+	close(h.next)
+	h.next = make(chan struct{})
+	h.mu.Unlock()
+
+	h.publish(ws.results)
+	ws.reset()
+	return nil
+}
+
+// prepare adds everything that changed to ws. Caller holds h.mu.
+func (h *Hub) prepare(ws *writeSet) {
+	now := h.cfg.Now()
+	for _, pp := range h.pipeList {
+		h.advanceWatermark(pp, now)
+	}
+
+	// Partials applied since the last commit.
+	for _, w := range h.dirty {
+		w.dirty = false
+		for i := range w.parts {
+			pt := &w.parts[i]
+			if !pt.dirty {
+				continue
+			}
+			pt.dirty = false
+			e := h.edges[pt.edge]
+			ws.scratch = h.partialKey(ws.scratch[:0], w, tagPartial, e.id)
+			k := len(ws.scratch)
+			ws.scratch = appendPartialValue(ws.scratch, pt.epoch, pt.seq, pt.version, pt.state)
+			ws.addRecord(opPutPartial, w.kg, 0, ws.scratch[:k], ws.scratch[k:])
+		}
+	}
+	clear(h.dirty)
+	h.dirty = h.dirty[:0]
+
+	emitted := now.UnixMilli()
+	for _, pp := range h.pipeList {
+		if !pp.hasWM {
+			continue
+		}
+		for end, g := range pp.pending {
+			if end > pp.wm {
+				continue
+			}
+			for _, w := range g.pending {
+				h.emit(ws, pp, w, emitted)
+			}
+			clear(g.pending)
+			g.pending = g.pending[:0]
+			delete(pp.pending, end)
+		}
+		h.expire(ws, pp)
+	}
+
+	for _, e := range h.edges {
+		if !e.dirty {
+			continue
+		}
+		e.dirty = false
+		rec := edgeRecord{epoch: e.epoch, acked: e.applied, lastSeen: e.lastSeen.UnixNano()}
+		for i, pp := range h.pipeList {
+			if e.hasWM[i] {
+				rec.watermarks = append(rec.watermarks, pipelineWatermark{pp.p.Name, e.wm[i]})
+			}
+		}
+		ws.scratch = appendEdgeValue(ws.scratch[:0], &rec)
+		ws.addRecord(opPutEdge, 0, 0, []byte(e.id), ws.scratch)
+		ws.acks = append(ws.acks, ackTo{e: e, epoch: e.epoch, seq: e.applied})
+	}
+	for _, pp := range h.pipeList {
+		if !pp.dirty {
+			continue
+		}
+		pp.dirty = false
+		ws.scratch = appendPipelineValue(ws.scratch[:0], pp.hasWM, pp.wm, pp.results)
+		ws.addRecord(opPutPipeline, 0, 0, []byte(pp.p.Name), ws.scratch)
+	}
+}
+
+// advanceWatermark sets pp's hub watermark to the minimum over the live
+// edges that reported one, unless that would move it backwards.
+func (h *Hub) advanceWatermark(pp *pipe, now time.Time) {
+	lo, any := int64(math.MaxInt64), false
+	for _, e := range h.edges {
+		if e.hasWM[pp.idx] && h.live(e, now) {
+			lo = min(lo, e.wm[pp.idx])
+			any = true
+		}
+	}
+	if any && (!pp.hasWM || lo > pp.wm) {
+		pp.wm, pp.hasWM = lo, true
+		pp.dirty = true
+	}
+}
+
+func (h *Hub) live(e *edge, now time.Time) bool {
+	return now.Sub(e.lastSeen) <= h.cfg.EdgeTimeout
+}
+
+// emit merges w's parts into its next version.
+func (h *Hub) emit(ws *writeSet, pp *pipe, w *window, emitted int64) {
+	w.pending = false
+	pp.set.Reset(pp.merged)
+	for i := range w.parts {
+		if err := pp.set.MergeEncoded(pp.merged, w.parts[i].state); err != nil {
+			// Validated on the way in, or checked when restored.
+			panic(fmt.Sprintf("hub: merge of a validated partial: %v", err))
+		}
+	}
+	w.version++
+	pp.results++
+	pp.dirty = true
+
+	var ver [4]byte
+	ws.scratch = h.partialKey(ws.scratch[:0], w, tagWindow, "")
+	ws.addRecord(opPutPartial, w.kg, 0, ws.scratch, appendVersion(ver[:0], w.version))
+
+	ws.scratch = appendResultKey(ws.scratch[:0], w.start, w.end, w.key, w.version)
+	k := len(ws.scratch)
+	ws.scratch = appendResultValue(ws.scratch, uint32(len(w.parts)), emitted, nil)
+	s := len(ws.scratch)
+	ws.scratch = pp.set.AppendEncode(ws.scratch, pp.merged)
+	ws.addRecord(opPutResult, 0, int32(pp.idx), ws.scratch[:k], ws.scratch[k:])
+
+	ws.results = append(ws.results, Result{
+		Pipeline: pp.p.Name,
+		Key:      w.key,
+		Start:    w.start,
+		End:      w.end,
+		Version:  w.version,
+		State:    bytes.Clone(ws.scratch[s:]),
+		Edges:    uint32(len(w.parts)),
+		Emitted:  emitted,
+	})
+}
+
+func appendVersion(dst []byte, v uint32) []byte {
+	return append(dst, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+}
+
+// expire deletes the windows of pp that ended more than Retention before
+// the hub watermark, with their partials and results.
+func (h *Hub) expire(ws *writeSet, pp *pipe) {
+	bound := subSat(pp.wm, int64(h.cfg.Retention/time.Millisecond))
+	if bound <= pp.expiredTo {
+		return
+	}
+	pp.expiredTo = bound
+	for end, g := range pp.ends {
+		if end >= bound {
+			continue
+		}
+		for _, w := range g.wins {
+			pp.remove(w)
+			pp.results -= uint64(w.version)
+			pp.dirty = true
+			ws.scratch = h.partialKey(ws.scratch[:0], w, tagWindow, "")
+			ws.addDelete(opDelPartial, w.kg, 0, ws.scratch)
+			for i := range w.parts {
+				ws.scratch = h.partialKey(ws.scratch[:0], w, tagPartial, h.edges[w.parts[i].edge].id)
+				ws.addDelete(opDelPartial, w.kg, 0, ws.scratch)
+			}
+		}
+		delete(pp.ends, end)
+		delete(pp.pending, end) // emitted above: empty
+	}
+	ws.ops = append(ws.ops, op{kind: opDelResults, pipe: int32(pp.idx), n: bound})
+}
+
+// partialKey appends the partials-bucket key of w's window record (tag
+// tagWindow) or of edge's partial (tagPartial).
+func (h *Hub) partialKey(dst []byte, w *window, tag byte, edgeID string) []byte {
+	dst = appendWindowPrefix(dst, w.pipe.p.Name, w.start, w.end, w.key)
+	dst = append(dst, tag)
+	return append(dst, edgeID...)
+}
+
+// write applies ws in one transaction, in order.
+func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
+	partials := tx.Bucket(bucketPartials)
+	results := tx.Bucket(bucketResults)
+	edges := tx.Bucket(bucketEdges)
+	pipes := tx.Bucket(bucketPipelines)
+	kgs := make([]*bolt.Bucket, h.keyGroups)
+	kgBucketOf := func(kg uint32) (*bolt.Bucket, error) {
+		if kgs[kg] == nil {
+			b, err := partials.CreateBucketIfNotExists(kgBucket(kg))
+			if err != nil {
+				return nil, err
+			}
+			kgs[kg] = b
+		}
+		return kgs[kg], nil
+	}
+	res := make([]*bolt.Bucket, len(h.pipeList))
+	resultsOf := func(i int32) (*bolt.Bucket, error) {
+		if res[i] == nil {
+			b, err := results.CreateBucketIfNotExists([]byte(h.pipeList[i].p.Name))
+			if err != nil {
+				return nil, err
+			}
+			res[i] = b
+		}
+		return res[i], nil
+	}
+	for _, o := range ws.ops {
+		k, v := ws.buf[o.k0:o.k1], ws.buf[o.v0:o.v1]
+		var err error
+		switch o.kind {
+		case opPutPartial, opDelPartial:
+			var b *bolt.Bucket
+			if b, err = kgBucketOf(o.kg); err == nil {
+				if o.kind == opPutPartial {
+					err = b.Put(k, v)
+				} else {
+					err = b.Delete(k)
+				}
+			}
+		case opPutResult:
+			var b *bolt.Bucket
+			if b, err = resultsOf(o.pipe); err == nil {
+				err = b.Put(k, v)
+			}
+		case opDelResults:
+			var b *bolt.Bucket
+			if b, err = resultsOf(o.pipe); err == nil {
+				err = deleteResultsBefore(b, o.n)
+			}
+		case opPutEdge:
+			err = edges.Put(k, v)
+		case opPutPipeline:
+			err = pipes.Put(k, v)
+		}
+		if err != nil {
+			return fmt.Errorf("hub: commit: %w", err)
+		}
+	}
+	return nil
+}
+
+// deleteResultsBefore deletes the results of windows ending before bound.
+// Such a window starts before bound too, so the scan stops at the first
+// start at or past it.
+func deleteResultsBefore(b *bolt.Bucket, bound int64) error {
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil; {
+		if len(k) < 16 || readTime(k) >= bound {
+			return nil
+		}
+		if readTime(k[8:]) < bound {
+			// After Delete the cursor may sit on the next item or past it
+			// (and k's memory may be reused); Seek to a copy of the deleted
+			// key finds the right next one either way.
+			del := bytes.Clone(k)
+			if err := c.Delete(); err != nil {
+				return err
+			}
+			k, _ = c.Seek(del)
+			continue
+		}
+		k, _ = c.Next()
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+// Package hub is the hub node's core: it applies edge batches exactly once,
+// merges the edges' partials per (pipeline, key, window), tracks the hub
+// watermark, emits versioned results and keeps them durable in bbolt.
+// The network side (gRPC, REST, auth) is hub/server; this package knows
+// nothing of it beyond the batch message.
+//
+// # Model
+//
+// Every edge numbers its committed outbox entries 1, 2, 3, ... within an
+// epoch; watermark markers take numbers too. A Partial is an edge's whole
+// aggregate of one (pipeline, key, window) as of one entry; when late data
+// reaches the edge it sends the window again, whole. The hub therefore
+// keeps, per window, the latest partial of each edge (latest: highest
+// (epoch, seq)) and the result is the aggregate merge of those, one per
+// edge. Two versions of one edge's window are never added together.
+//
+// Apply validates a batch completely (ErrBadBatch, nothing applied), checks
+// the epoch (ErrFenced when older than the hub's; a newer one is adopted and
+// its sequence starts over) and the sequence (ErrGap when it starts past
+// the next expected one, unless nothing of the epoch was applied yet), drops
+// entries already applied, and stores each partial in memory if it is newer
+// than the edge's stored one. Every CommitInterval one bbolt transaction
+// writes the changed partials, the edges' epochs and applied sequences,
+// and the results emitted by that commit. Only after it commits do the
+// acked sequences advance (Acked) and the results reach subscribers.
+//
+// # Exactly once
+//
+// An edge's sequence number is written in the same transaction as the
+// partials it carried, so after any crash the hub's acked sequence and its
+// merge state agree: the edge resends from acked+1, entries at or below the
+// applied sequence are dropped, and a resent partial replaces rather than
+// adds. Results are upserts keyed by (pipeline, window, key, version).
+//
+// # Watermark and versions
+//
+// The hub watermark of a pipeline is the minimum of the watermarks of the
+// live edges (heard from within EdgeTimeout) that reported one, and never
+// moves backwards: a silent edge stops holding it back, and its partials,
+// when it returns, are late. At each commit every window ending at or
+// before the watermark that was never emitted gets version 1; an emitted
+// window whose partials changed gets the next version. Versions of a window
+// are 1, 2, 3, ... without gaps.
+//
+// Windows (partials, results) ending more than Retention before the hub
+// watermark are deleted at commit; partials for them are dropped and
+// counted (Status.PartialsExpired).
+//
+// # Key groups
+//
+// A key belongs to key group xxhash64(key) mod KeyGroups, as on the edge.
+// Partials live in one bbolt bucket per key group and the in-memory index
+// is split the same way, so that a range of key groups can later move to
+// another hub worker (DESIGN.md, Scale). The count is stored and fixed.
+// The byte layout is docs/formats/hub-store.md.
+//
+// # Caveats
+//
+//   - Every window within Retention is held in memory with each edge's
+//     latest partial, so memory grows with keys × windows × edges over the
+//     retention period. Evicting emitted windows to the store and reloading
+//     them on a late partial is future work.
+//   - Session windows are merged by exact (start, end). Sessions of one key
+//     that the edges cut differently (each edge saw other records) stay
+//     separate results; the hub does not merge overlapping sessions.
+//   - The encoding of a partial does not name the pipeline version: a spec
+//     that changes its aggregates must get a new pipeline name.
+//   - A query with a key filter scans the pipeline's window range.
+//   - A subscriber that falls 4096 results behind is dropped (its channel
+//     closed) instead of slowing commits.
+//   - A failing commit is retried with the next one; until one succeeds,
+//     nothing more is acked and memory holds the unwritten changes.
+package hub

@@ -1,0 +1,201 @@
+package hub
+
+import (
+	"bytes"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/window/aggregate"
+)
+
+// The in-memory merge state. Everything here is guarded by Hub.mu.
+//
+// A window is one (pipeline, key, start, end). It holds each contributing
+// edge's latest partial, encoded as the edge sent it; merging happens only
+// when the window is emitted, so applying a partial is a lookup and a copy.
+
+// pipe is the hub's state for one pipeline.
+type pipe struct {
+	idx   int
+	p     *operators.Pipeline
+	set   *aggregate.Set
+	keyed bool // the pipeline has key fields: keys must be non-empty
+
+	// scratch holds *aggregate.State for validating partials outside mu.
+	scratch sync.Pool
+	merged  *aggregate.State // the emission merge's scratch (under mu)
+
+	// wins is the window index, one map per key group: hash of (key, start,
+	// end) -> chain of windows.
+	wins []map[uint64]*window
+	// ends groups windows by end: emission and expiry work by end.
+	ends    map[int64]*endGroup
+	pending map[int64]*endGroup // the groups with windows to emit
+	nwin    int
+
+	wm        int64 // hub watermark, valid when hasWM
+	hasWM     bool
+	expiredTo int64 // windows ending before this were deleted; partials for them are dropped
+	results   uint64
+	dirty     bool // wm or results changed since the last commit
+}
+
+type endGroup struct {
+	end     int64
+	wins    []*window
+	pending []*window // changed since their last emission (or never emitted)
+}
+
+type window struct {
+	pipe       *pipe
+	key        []byte // immutable once the window exists
+	hash       uint64 // index hash of (key, start, end)
+	kg         uint32
+	start, end int64
+	version    uint32 // last emitted version, 0: never
+	pending    bool   // in its endGroup's pending list
+	dirty      bool   // in Hub.dirty: some part awaits writing
+	parts      []part
+	next       *window // hash chain
+}
+
+// part is one edge's latest partial of a window.
+type part struct {
+	edge       int32 // index into Hub.edges
+	dirty      bool
+	version    uint32
+	epoch, seq uint64
+	state      []byte
+}
+
+// edge is the hub's state for one edge.
+type edge struct {
+	id    string
+	idx   int32
+	epoch uint64
+	// applied is the highest sequence of epoch applied in memory; acked is
+	// the highest made durable, valid for ackedEpoch.
+	applied           uint64
+	ackedEpoch, acked uint64
+	lastSeen          time.Time
+	wm                []int64 // per pipe.idx, valid where hasWM
+	hasWM             []bool
+	dirty             bool
+}
+
+func (e *edge) adopt(epoch uint64) {
+	e.epoch = epoch
+	e.applied = 0
+	e.dirty = true
+}
+
+// ackedSeq is the durable sequence of the edge's current epoch.
+func (e *edge) ackedSeq() uint64 {
+	if e.ackedEpoch == e.epoch {
+		return e.acked
+	}
+	return 0
+}
+
+func newPipe(idx int, p *operators.Pipeline, keyGroups int) *pipe {
+	pp := &pipe{
+		idx:       idx,
+		p:         p,
+		set:       p.Aggregates,
+		keyed:     len(p.KeyFields()) > 0,
+		merged:    p.Aggregates.New(),
+		wins:      make([]map[uint64]*window, keyGroups),
+		ends:      map[int64]*endGroup{},
+		pending:   map[int64]*endGroup{},
+		expiredTo: math.MinInt64,
+	}
+	pp.scratch.New = func() any { return pp.set.New() }
+	for i := range pp.wins {
+		pp.wins[i] = map[uint64]*window{}
+	}
+	return pp
+}
+
+// windowHash mixes the key hash with the bounds (a murmur3 finalizer).
+func windowHash(kh uint64, start, end int64) uint64 {
+	x := kh ^ uint64(start)*0x9E3779B97F4A7C15 ^ uint64(end)*0xC2B2AE3D27D4EB4F
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x
+}
+
+func (pp *pipe) lookup(kg uint32, h uint64, key []byte, start, end int64) *window {
+	for w := pp.wins[kg][h]; w != nil; w = w.next {
+		if w.start == start && w.end == end && bytes.Equal(w.key, key) {
+			return w
+		}
+	}
+	return nil
+}
+
+// create adds an empty window; the caller knows it does not exist.
+func (pp *pipe) create(kg uint32, h uint64, key []byte, start, end int64) *window {
+	w := &window{pipe: pp, key: bytes.Clone(key), hash: h, kg: kg, start: start, end: end}
+	if w.key == nil {
+		w.key = []byte{}
+	}
+	w.next = pp.wins[kg][h]
+	pp.wins[kg][h] = w
+	g := pp.ends[end]
+	if g == nil {
+		g = &endGroup{end: end}
+		pp.ends[end] = g
+	}
+	g.wins = append(g.wins, w)
+	pp.nwin++
+	return w
+}
+
+// remove unlinks w from the index; the caller drops its end group.
+func (pp *pipe) remove(w *window) {
+	m := pp.wins[w.kg]
+	if m[w.hash] == w {
+		if w.next == nil {
+			delete(m, w.hash)
+		} else {
+			m[w.hash] = w.next
+		}
+	} else {
+		for p := m[w.hash]; p != nil; p = p.next {
+			if p.next == w {
+				p.next = w.next
+				break
+			}
+		}
+	}
+	pp.nwin--
+}
+
+// markPending queues w for emission once the hub watermark passes its end.
+func (pp *pipe) markPending(w *window) {
+	if w.pending {
+		return
+	}
+	w.pending = true
+	g := pp.ends[w.end]
+	g.pending = append(g.pending, w)
+	pp.pending[w.end] = g
+}
+
+// partOf returns w's part for edge e, or nil.
+func (w *window) partOf(e int32) *part {
+	for i := range w.parts {
+		if w.parts[i].edge == e {
+			return &w.parts[i]
+		}
+	}
+	return nil
+}
+
+// newer reports whether (epoch, seq) is after (pe, ps).
+func newer(epoch, seq, pe, ps uint64) bool {
+	return epoch > pe || epoch == pe && seq > ps
+}
