@@ -1,0 +1,161 @@
+package config
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/runnel-io/runnel/operators/spec"
+)
+
+// ErrInvalid is matched (errors.Is) by every error Load and Validate return
+// for a config that is wrong: a bad value, an unknown field, flag or
+// variable, an unreadable file it names, or a config file that is missing
+// or is not YAML. The error is an *Error listing every problem.
+var ErrInvalid = errors.New("config: invalid hub configuration")
+
+// Config is the hub's configuration, as Load returns it: merged from the
+// config file, environment variables and flags, with every default
+// applied and every relative path in the file resolved against the file's
+// directory. The YAML name of each field is in settings.go, and
+// docs/hub-config.md (generated from it) is the user's reference.
+//
+// A zero field is not a default (a zero Auth.APIToken means an open read
+// API): build a Config in code from Default().
+type Config struct {
+	DataDir         string
+	Pipelines       []string // spec files or globs; empty: the built-in demo pipeline
+	ShutdownTimeout time.Duration
+	GRPC            Listener
+	HTTP            Listener
+	TLS             TLS
+	Insecure        bool
+	Auth            Auth
+	Merge           Merge
+	Log             Log
+}
+
+// Listener is a listen address, host:port.
+type Listener struct{ Addr string }
+
+// TLS is the certificate both listeners present; both files or neither.
+type TLS struct{ CertFile, KeyFile string }
+
+// Auth holds the tokens. After Load, EdgeTokens holds the pairs read from
+// EdgeTokensFile and APIToken the contents of APITokenFile when that was
+// set. Never log them.
+type Auth struct {
+	EdgeTokensFile string
+	EdgeTokens     map[string]string // edge id -> token
+	APIToken       string
+	APITokenFile   string
+}
+
+// Merge configures the hub core (hub.Config).
+type Merge struct {
+	EdgeTimeout    time.Duration
+	Retention      time.Duration
+	CommitInterval time.Duration
+	KeyGroups      int
+}
+
+// Log configures the structured log.
+type Log struct {
+	Level  LogLevel
+	Format LogFormat
+}
+
+// LogLevel is the least severe level logged.
+type LogLevel string
+
+const (
+	LevelDebug LogLevel = "debug"
+	LevelInfo  LogLevel = "info"
+	LevelWarn  LogLevel = "warn"
+	LevelError LogLevel = "error"
+)
+
+// Slog converts l to a slog.Level; an unknown level is slog.LevelInfo.
+func (l LogLevel) Slog() slog.Level {
+	switch l {
+	case LevelDebug:
+		return slog.LevelDebug
+	case LevelWarn:
+		return slog.LevelWarn
+	case LevelError:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// LogFormat is how log records are written.
+type LogFormat string
+
+const (
+	FormatText LogFormat = "text" // slog.TextHandler: key=value, for people
+	FormatJSON LogFormat = "json" // slog.JSONHandler: for log shippers
+)
+
+// Default returns the configuration an empty config file gives.
+func Default() *Config { return defaults() }
+
+// Plaintext reports whether the hub serves without TLS: no certificate is
+// set, and either insecure is or both listeners are on loopback (Load
+// refuses the rest).
+func (c *Config) Plaintext() bool { return c.TLS.CertFile == "" }
+
+// isLoopback reports whether a listen address only accepts local
+// connections: an IP in 127.0.0.0/8 or ::1, or localhost.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Validate reports every problem with c at once, as an *Error matching
+// ErrInvalid: each setting on its own, then the rules across settings.
+// It reads the files c names, so a Config that validates does not fail at
+// start for a reason in the config. Problems name the setting by its YAML
+// path; use Load to have them name the file line, variable or flag.
+func (c *Config) Validate() error {
+	v := validator{c: c, probs: &problems{}, bad: map[string]bool{}}
+	for _, st := range settings {
+		if err := st.val.check(c); err != nil {
+			v.add(st.path, "%v", err)
+			v.bad[st.path] = true
+		}
+	}
+	v.crossChecks()
+	return v.probs.err()
+}
+
+// Error is a refused configuration: every problem found, one per line.
+type Error struct {
+	// Problems in the order a user fixes them: the config file's by
+	// position, then environment variables, then flags, then the problems
+	// that belong to no source.
+	Problems spec.Problems
+}
+
+// Error lists the problems one per line, in order.
+func (e *Error) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.Error())
+	}
+	return b.String()
+}
+
+// Unwrap makes an *Error match ErrInvalid.
+func (e *Error) Unwrap() error { return ErrInvalid }

@@ -1,0 +1,251 @@
+package config
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/hub-config.md and the golden files under testdata/")
+
+const docsPath = "../../docs/hub-config.md"
+
+// TestDocsUpToDate fails when docs/hub-config.md is not what the settings
+// table generates; -update rewrites it.
+func TestDocsUpToDate(t *testing.T) {
+	checkGolden(t, docsPath, markdown(t))
+}
+
+// TestUsage pins the --help text.
+func TestUsage(t *testing.T) {
+	var b bytes.Buffer
+	Usage(&b)
+	checkGolden(t, "testdata/usage.golden", b.String())
+	for _, st := range settings {
+		if !strings.Contains(b.String(), "--"+st.flag) || !strings.Contains(b.String(), st.env) {
+			t.Errorf("usage misses %s", st.path)
+		}
+	}
+}
+
+// TestDocsExampleLoads loads the complete config file the docs show and
+// expects exactly the defaults.
+func TestDocsExampleLoads(t *testing.T) {
+	example := exampleYAML()
+	got, err := loadData("hub.yaml", example, nil, nil)
+	if err != nil {
+		t.Fatalf("the docs' example does not load:\n%v\n%s", err, example)
+	}
+	want, err := loadData("", "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the docs' example is not the defaults:\ngot  %+v\nwant %+v", got, want)
+	}
+}
+
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -update creates it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s is stale (go test ./hub/config -update rewrites it); diff:\n%s", path, lineDiff(string(want), got))
+	}
+}
+
+// lineDiff shows the first lines that differ.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	shown := 0
+	for i := 0; i < max(len(w), len(g)) && shown < 10; i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			fmt.Fprintf(&b, "line %d:\n  want: %s\n  got:  %s\n", i+1, wl, gl)
+			shown++
+		}
+	}
+	return b.String()
+}
+
+const docsIntro = `# Hub configuration
+
+<!-- Generated from the settings table in hub/config/settings.go by
+     go test ./hub/config -run TestDocsUpToDate -update
+     Do not edit by hand: the test fails when this file and the table differ. -->
+
+Every setting of ` + "`runnel-hub`" + ` can come from a YAML file, an environment
+variable or a command-line flag. The REST and gRPC API it serves is in
+[hub-api.md](hub-api.md).
+
+## Where settings come from
+
+    runnel-hub --config /etc/runnel/hub.yaml --log-level debug
+
+- **Precedence:** a flag overrides an environment variable, which overrides the
+  config file, which overrides the default. No file is needed: the hub then
+  serves gRPC on 127.0.0.1:7443 and HTTP on 127.0.0.1:7080, keeps its data in
+  ./runnel-hub-data and merges the built-in demo pipeline (the one
+  ` + "`runnel-edge`" + ` runs when it has none).
+- **The config file** is named by ` + "`--config PATH`" + ` or ` + "`RUNNEL_HUB_CONFIG`" + `
+  (an empty value: no file). It is one YAML document; an empty file is valid.
+- **Environment variables** are read only when they start with ` + "`RUNNEL_HUB_`" + `.
+  One that looks like a misspelt setting is an error; others are ignored.
+- **Flags** are ` + "`--name value`" + ` or ` + "`--name=value`" + `; booleans may be given
+  bare (` + "`--insecure`" + `). A flag given twice keeps its last value, except
+  ` + "`--pipeline`" + `, which collects them all.
+- ` + "`--help`" + ` lists every setting, as below.
+
+## TLS, plaintext and tokens
+
+- With ` + "`tls.cert_file`" + ` and ` + "`tls.key_file`" + ` both listeners serve TLS.
+- Without them the hub serves plaintext, which it accepts on its own only
+  when both listeners are on loopback (the default): plaintext on a network
+  address needs ` + "`insecure: true`" + `, and the hub logs a warning.
+- Edges authenticate with a bearer token each, from ` + "`auth.edge_tokens_file`" + `:
+
+      # edge-id  token (at least 16 characters: openssl rand -hex 32)
+      gw-001     3f9c1d0e8b7a6f5e4d3c2b1a09f8e7d6
+      gw-002     a1b2c3d4e5f60718293a4b5c6d7e8f90
+
+  An edge may only send data under its own id. Without the file every edge
+  is refused.
+- ` + "`auth.api_token`" + `, when set, is required by the read API (REST, SSE,
+  gRPC Results and Health); ` + "`/healthz`" + ` and ` + "`/metrics`" + ` stay open.
+
+## Values
+
+| type | syntax |
+|---|---|
+| duration | Go syntax plus ` + "`d`" + ` for days of 24h: ` + "`250ms`" + `, ` + "`1m30s`" + `, ` + "`7d`" + `. Whole milliseconds; never negative. |
+| bool | ` + "`true`" + ` or ` + "`false`" + `. |
+| list | in YAML a list (a single value is a list of one); in the variable comma-separated; the flag repeated. |
+| path | Relative paths in the config file are relative to the file's directory. From flags, variables and defaults they are relative to the working directory. |
+
+## When the config is wrong
+
+The hub refuses to start and lists every problem at once, each named by
+where it came from. For example, with this hub.yaml
+
+` + "```yaml\n" + docsBadFile + "```" + `
+
+and ` + "`" + docsBadEnv + "`" + ` in the environment, ` + "`runnel-hub --config hub.yaml " + docsBadArgs + "`" + `
+says:
+
+`
+
+// The example of a refused config in the docs; its output is Load's own.
+const (
+	docsBadFile = `grpc:
+  addr: 0.0.0.0:7443
+merge:
+  commit_interval: 0s
+  retension: 30d
+tls: {cert_file: hub.pem}
+`
+	docsBadEnv  = "RUNNEL_HUB_LOG_LEVEL=verbose"
+	docsBadArgs = "--key-groups 0"
+)
+
+// markdown generates docs/hub-config.md from the table.
+func markdown(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString(docsIntro)
+	_, err := loadData("hub.yaml", docsBadFile, strings.Fields(docsBadArgs), []string{docsBadEnv})
+	if err == nil {
+		t.Fatal("the docs' bad example loads")
+	}
+	b.WriteString("```\n" + err.Error() + "\n```\n\n")
+
+	b.WriteString("## Settings\n")
+	section := "-"
+	for _, st := range settings {
+		sec := ""
+		if i := strings.IndexByte(st.path, '.'); i >= 0 {
+			sec = st.path[:i]
+		}
+		if sec != section {
+			section = sec
+			if sec == "" {
+				b.WriteString("\n### Top level\n\n")
+			} else {
+				fmt.Fprintf(&b, "\n### %s\n\n", sec)
+			}
+			b.WriteString("| YAML | flag | environment | type | default | |\n|---|---|---|---|---|---|\n")
+		}
+		typ := st.val.typ()
+		switch typ {
+		case "enum":
+			typ = "`" + strings.Join(st.val.choices(), "` \\| `") + "`"
+		case "paths":
+			typ = "list of paths"
+		}
+		def := ""
+		switch {
+		case st.defDoc != "":
+			def = strings.ReplaceAll(st.defDoc, "|", `\|`)
+		case st.def != "":
+			def = "`" + st.def + "`"
+		default:
+			def = "`\"\"`"
+		}
+		doc := strings.NewReplacer("|", `\|`, "*", `\*`).Replace(st.doc)
+		fmt.Fprintf(&b, "| `%s` | `--%s` | `%s` | %s | %s | %s |\n", st.path, st.flag, st.env, typ, def, doc)
+	}
+	b.WriteString("\n## A complete config file\n\nEvery setting at its default; those without one are commented out, with an example value.\n\n")
+	b.WriteString("```yaml\n" + exampleYAML() + "```\n")
+	return b.String()
+}
+
+// exampleYAML writes every setting at its default, in table order, nested
+// by section; a setting without a default is commented out with its
+// example value.
+func exampleYAML() string {
+	var b strings.Builder
+	var open []string
+	for _, st := range settings {
+		parts := strings.Split(st.path, ".")
+		sec := parts[:len(parts)-1]
+		same := 0
+		for same < len(open) && same < len(sec) && open[same] == sec[same] {
+			same++
+		}
+		open = open[:same]
+		for _, p := range sec[same:] {
+			fmt.Fprintf(&b, "%s%s:\n", strings.Repeat("  ", len(open)), p)
+			open = append(open, p)
+		}
+		indent := strings.Repeat("  ", len(open))
+		if st.def != "" {
+			fmt.Fprintf(&b, "%s%s: %s\n", indent, parts[len(parts)-1], st.def)
+		} else {
+			fmt.Fprintf(&b, "%s# %s: %s\n", indent, parts[len(parts)-1], st.example)
+		}
+	}
+	return b.String()
+}
+
+// loadData is load with the config file's contents given (when file is
+// not "") and no other files.
+func loadData(file, data string, args, environ []string) (*Config, error) {
+	return load(file, args, environ, func(string) ([]byte, error) { return []byte(data), nil })
+}
