@@ -189,7 +189,9 @@ func TestGapAndDuplicates(t *testing.T) {
 func TestBadBatches(t *testing.T) {
 	th := newTestHub(t, nil)
 	p := th.pipes[0]
-	good := func() *runnelv1.Batch { return wm(batch("e", 1, 1, 3, partial(p, 1, "k", 0, 1), partial(p, 3, "k", 1000, 2)), "temps", 500) }
+	good := func() *runnelv1.Batch {
+		return wm(batch("e", 1, 1, 3, partial(p, 1, "k", 0, 1), partial(p, 3, "k", 1000, 2)), "temps", 500)
+	}
 	corrupt := stateOf(p.Aggregates, 1)
 	corrupt[0] = 9
 	other := compile(t, strings.Replace(tempsYAML, "q: quantile(v, 0.5)", "q: quantile(v, 0.5)\n  d: distinct(device)", 1))
@@ -486,4 +488,3 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
-
