@@ -182,7 +182,7 @@ func (f *fakeCore) Query(q hub.Query) ([]hub.Result, []byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if q.Pipeline != f.p.Name {
-		return nil, nil, fmt.Errorf("unknown pipeline %q", q.Pipeline)
+		return nil, nil, fmt.Errorf("%w: unknown pipeline %q", hub.ErrBadQuery, q.Pipeline)
 	}
 	latest := map[string]int{} // key+window -> index of its latest version
 	for i, r := range f.results {

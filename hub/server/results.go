@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -134,10 +133,7 @@ func (r *results) QueryResults(ctx context.Context, req *runnelv1.QueryResultsRe
 	}
 	rs, next, err := r.s.core.Query(q)
 	if err != nil {
-		if errors.Is(err, hub.ErrClosed) {
-			return nil, coreError(err)
-		}
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, coreError(err)
 	}
 	out := &runnelv1.QueryResultsResponse{Results: make([]*runnelv1.Result, 0, len(rs))}
 	st := p.Aggregates.New()

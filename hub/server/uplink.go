@@ -23,7 +23,8 @@ type uplink struct {
 // coreError maps the hub core's errors to the gRPC codes edges act on:
 // FailedPrecondition (fenced: start a new epoch), OutOfRange (gap:
 // reconnect and resume from the ack), InvalidArgument (a batch the hub
-// will never take), Unavailable (retry later).
+// will never take, or a bad query), Unavailable (retry later); anything
+// else is Internal.
 func coreError(err error) error {
 	if err == nil {
 		return nil
@@ -34,7 +35,7 @@ func coreError(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, hub.ErrGap):
 		code = codes.OutOfRange
-	case errors.Is(err, hub.ErrBadBatch):
+	case errors.Is(err, hub.ErrBadBatch), errors.Is(err, hub.ErrBadQuery):
 		code = codes.InvalidArgument
 	case errors.Is(err, hub.ErrClosed):
 		code = codes.Unavailable
