@@ -1,0 +1,135 @@
+// Command runnel-hub runs runnel's hub: it receives the edges'
+// pre-aggregates over gRPC, merges them exactly once and serves the
+// results (gRPC, REST, Server-Sent Events). `runnel-hub --help` lists
+// every setting; docs/hub-config.md and docs/hub-api.md are the guides.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/runnel-io/runnel/hub"
+	"github.com/runnel-io/runnel/hub/config"
+	"github.com/runnel-io/runnel/hub/server"
+	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/operators/spec"
+)
+
+//go:embed demo-pipeline.yaml
+var demoPipeline []byte
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		config.Usage(os.Stdout)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "runnel-hub:", err)
+		if errors.Is(err, config.ErrInvalid) || errors.Is(err, spec.ErrInvalid) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// run runs the hub until ctx ends, then shuts the server down and closes
+// the store.
+func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
+	c, err := config.Load("", args, environ)
+	if err != nil {
+		return err
+	}
+	opts := &slog.HandlerOptions{Level: c.Log.Level.Slog()}
+	var handler slog.Handler = slog.NewTextHandler(logOut, opts)
+	if c.Log.Format == config.FormatJSON {
+		handler = slog.NewJSONHandler(logOut, opts)
+	}
+	lg := slog.New(handler)
+	ps, err := loadPipelines(c.Pipelines, lg)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return err
+	}
+	h, err := hub.Open(hub.Config{
+		Dir: c.DataDir, Pipelines: ps, KeyGroups: c.Merge.KeyGroups, EdgeTimeout: c.Merge.EdgeTimeout,
+		Retention: c.Merge.Retention, CommitInterval: c.Merge.CommitInterval, Logger: lg,
+	})
+	if err != nil {
+		return fmt.Errorf("open the hub store in %s: %w", c.DataDir, err)
+	}
+	srv, err := server.New(h, server.Config{
+		GRPCAddr: c.GRPC.Addr, HTTPAddr: c.HTTP.Addr,
+		CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, Insecure: c.Plaintext(),
+		EdgeTokens: c.Auth.EdgeTokens, APIToken: c.Auth.APIToken,
+		Version: version(), Logger: lg,
+	})
+	if err != nil {
+		return errors.Join(err, h.Close())
+	}
+	lg.Info("runnel-hub: ready", "pipelines", len(ps), "edges_with_tokens", len(c.Auth.EdgeTokens), "data_dir", c.DataDir)
+	err = srv.Serve(ctx, c.ShutdownTimeout)
+	lg.Info("runnel-hub: stopping")
+	return errors.Join(err, h.Close())
+}
+
+// loadPipelines reads and compiles the pipeline specs (globs expanded);
+// none: the built-in demo pipeline.
+func loadPipelines(globs []string, lg *slog.Logger) ([]*operators.Pipeline, error) {
+	if len(globs) == 0 {
+		s, err := spec.Parse("built-in demo pipeline", demoPipeline)
+		if err != nil {
+			return nil, err
+		}
+		p, err := operators.Compile(s)
+		if err != nil {
+			return nil, err
+		}
+		lg.Info("runnel-hub: no pipelines configured; merging the built-in demo pipeline", "pipeline", p.Name)
+		return []*operators.Pipeline{p}, nil
+	}
+	var ps []*operators.Pipeline
+	names := map[string]string{}
+	for _, g := range globs {
+		paths, err := filepath.Glob(g)
+		if err != nil || len(paths) == 0 {
+			paths = []string{g} // let spec.Load report it
+		}
+		for _, path := range paths {
+			s, err := spec.Load(path)
+			if err != nil {
+				return nil, err
+			}
+			p, err := operators.Compile(s)
+			if err != nil {
+				return nil, err
+			}
+			if other, dup := names[p.Name]; dup {
+				return nil, fmt.Errorf("pipelines %s and %s are both named %q; the hub merges by name", other, path, p.Name)
+			}
+			names[p.Name] = path
+			ps = append(ps, p)
+		}
+	}
+	return ps, nil
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
+}

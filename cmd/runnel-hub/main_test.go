@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/runnel-io/runnel/hub/config"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestRun starts the hub from an empty config plus addresses, waits for
+// /healthz and stops it as SIGTERM does (the context ends).
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	os.WriteFile(tokens, []byte("gw-1 0123456789abcdef0123\n"), 0o600)
+	httpAddr := freeAddr(t)
+	args := []string{"--data-dir", filepath.Join(dir, "data"), "--grpc-addr", freeAddr(t), "--edge-tokens-file", tokens}
+	env := []string{"RUNNEL_HUB_HTTP_ADDR=" + httpAddr}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs lockedBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, env, &logs) }()
+
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Get("http://" + httpAddr + "/healthz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && string(body) == "ok\n" {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned early: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no /healthz: %v\n%s", err, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := client.Get("http://" + httpAddr + "/v1/pipelines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"name":"line-temps"`) {
+		t.Errorf("the demo pipeline is not served: %s", body)
+	}
+	client.CloseIdleConnections()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no shutdown")
+	}
+	for _, want := range []string{"serving without TLS", "merging the built-in demo pipeline", "runnel-hub: ready", "runnel-hub: stopping"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "hub.db")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestRunRefuses(t *testing.T) {
+	ctx := context.Background()
+	if err := run(ctx, []string{"--help"}, nil, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v", err)
+	}
+	err := run(ctx, []string{"--grpc-addr", "0.0.0.0:7443", "--merge-retention", "1d"}, nil, io.Discard)
+	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "not a loopback address") || !strings.Contains(err.Error(), "--merge-retention: unknown flag") {
+		t.Errorf("bad flags: %v", err)
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "p.yaml")
+	os.WriteFile(bad, []byte("name: p\nwindow: {tumbling: 0s}\n"), 0o600)
+	err = run(ctx, []string{"--pipeline", bad, "--data-dir", dir}, nil, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("bad pipeline: %v", err)
+	}
+}
