@@ -1,14 +1,21 @@
 # runnel — the two commands a newcomer needs:
-#   make run    the main job on its embedded default (a recorded sample stream)
+#   make run    the main job on its embedded default: the live demo (broker,
+#               a fleet of simulated edges, a hub printing merged results)
 #   make test   everything CI checks (gofmt, go vet, go mod tidy, tests with -race)
 
 GO      ?= go
 PKGS    ?= ./...
 BIN     ?= bin
 
-.PHONY: run test deps check build bench fuzz clean
+.PHONY: run demo replay test deps check build bench fuzz clean
 
-run:
+run: demo
+
+demo:
+	$(GO) run ./cmd/runnel-demo
+
+# The engine alone: a recorded stream through one pipeline, results on stdout.
+replay:
 	$(GO) run ./cmd/runnel-edge replay --pipeline examples/line-temps.yaml --input examples/line-temps.jsonl
 
 test: deps check
