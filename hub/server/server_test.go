@@ -500,8 +500,36 @@ func TestSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// And the gateway's newline-delimited stream.
+	// (grpc-gateway writes the response headers with the first result.)
+	req2, _ := http.NewRequestWithContext(ctx, "GET", e.base+"/v1/pipelines/temps/results:subscribe?key[device]=d1", nil)
+	type response struct {
+		*http.Response
+		err error
+	}
+	gwResp := make(chan response, 1)
+	go func() {
+		r, err := e.http.Do(req2)
+		gwResp <- response{r, err}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); core.subscribers() < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway stream did not subscribe")
+		}
+	}
+
 	core.emit(hub.Result{Pipeline: "temps", Key: mustKey(t, p, "d1"), End: 60000, Version: 1, State: state(p, 1)})
 	core.emit(hub.Result{Pipeline: "temps", Key: mustKey(t, p, "d2"), End: 60000, Version: 3, State: state(p, 5, 7), Edges: 2})
+
+	resp2 := <-gwResp
+	if resp2.err != nil {
+		t.Fatal(resp2.err)
+	}
+	var line struct{ Result restResult }
+	if err := json.NewDecoder(resp2.Body).Decode(&line); err != nil || line.Result.Key["device"] != "d1" {
+		t.Errorf("gateway stream: %+v %v", line, err)
+	}
+	resp2.Body.Close()
 
 	heartbeats := 0
 	var got restResult
@@ -541,7 +569,7 @@ func TestSubscribe(t *testing.T) {
 	// The client leaving ends the subscription in the core.
 	resp.Body.Close()
 	deadline := time.Now().Add(5 * time.Second)
-	for core.subscribers() > 1 && time.Now().Before(deadline) {
+	for core.subscribers() > 1 && time.Now().Before(deadline) { // the SSE and gateway streams leave
 		time.Sleep(5 * time.Millisecond)
 	}
 	if n := core.subscribers(); n != 1 {
