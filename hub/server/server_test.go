@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -80,7 +81,8 @@ type env struct {
 	core server.Core
 	conn *grpc.ClientConn
 	http *http.Client
-	base string // https://127.0.0.1:port
+	base string         // https://127.0.0.1:port
+	pool *x509.CertPool // trusts the server
 }
 
 var edgeTokens = map[string]string{"gw-1": "token-1", "gw-2": "token-2"}
@@ -88,7 +90,7 @@ var edgeTokens = map[string]string{"gw-1": "token-1", "gw-2": "token-2"}
 func start(t *testing.T, core server.Core, mod func(*server.Config)) *env {
 	t.Helper()
 	certFile, keyFile, pool := certs(t)
-	cfg := server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, EdgeTokens: edgeTokens, Version: "test"}
+	cfg := server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, EdgeTokens: edgeTokens, Version: "test", Logger: slog.New(slog.DiscardHandler)}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -105,7 +107,7 @@ func start(t *testing.T, core server.Core, mod func(*server.Config)) *env {
 		t.Fatal(err)
 	}
 	tr := &http.Transport{TLSClientConfig: tlsCfg}
-	e := &env{srv: srv, core: core, conn: conn, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}, base: "https://" + srv.HTTPAddr().String()}
+	e := &env{srv: srv, core: core, conn: conn, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}, base: "https://" + srv.HTTPAddr().String(), pool: pool}
 	t.Cleanup(func() {
 		conn.Close()
 		tr.CloseIdleConnections()
