@@ -46,8 +46,10 @@ func coreError(err error) error {
 var errShutdown = status.Error(codes.Unavailable, "hub: shutting down")
 
 // Sync runs one edge's stream: Hello → Resume, then Batches in, Acks out.
-// The receive loop and the acker are goroutines the stream owns; Sync
-// returns only after both have stopped.
+// The acker is the stream's goroutine: Sync returns only after it has
+// stopped, so nothing Sends after the handler. The receive loop may be in
+// Recv, which returns only once the handler has; the Server owns it and
+// Shutdown waits for it.
 func (u *uplink) Sync(stream grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1.SyncResponse]) error {
 	s := u.s
 	edge := edgeOf(stream.Context())
