@@ -2,8 +2,10 @@ package hub
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -41,6 +43,22 @@ type op struct {
 	k0, k1 int
 	v0, v1 int
 	n      int64
+	at     int // position before sorting
+}
+
+// bucketOrder sorts ops by the bucket they write, range deletes last.
+func (o *op) bucketOrder() uint64 {
+	switch o.kind {
+	case opPutPartial, opDelPartial:
+		return 1<<32 | uint64(o.kg)
+	case opPutResult:
+		return 2<<32 | uint64(o.pipe)
+	case opPutEdge:
+		return 3 << 32
+	case opPutPipeline:
+		return 4 << 32
+	}
+	return 5<<32 | uint64(o.pipe) // opDelResults
 }
 
 // ackTo is an edge's durable position once the writeSet commits.
@@ -333,6 +351,22 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 		}
 		return res[i], nil
 	}
+	// Sorted by bucket and key, bbolt's puts walk its pages in order.
+	// Writes of one key keep their order (ties go by position: a stable
+	// sort, without the cost of one); range deletes go last (they only
+	// cover windows no later put can touch).
+	for i := range ws.ops {
+		ws.ops[i].at = i
+	}
+	slices.SortFunc(ws.ops, func(a, b op) int {
+		if c := cmp.Compare(a.bucketOrder(), b.bucketOrder()); c != 0 {
+			return c
+		}
+		if c := bytes.Compare(ws.buf[a.k0:a.k1], ws.buf[b.k0:b.k1]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.at, b.at)
+	})
 	for _, o := range ws.ops {
 		k, v := ws.buf[o.k0:o.k1], ws.buf[o.v0:o.v1]
 		var err error

@@ -224,7 +224,15 @@ func Open(cfg Config) (*Hub, error) {
 		return nil, fmt.Errorf("hub: open: %w", err)
 	}
 	path := filepath.Join(cfg.Dir, "hub.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: cfg.NoSync, NoFreelistSync: true})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        time.Second,
+		NoSync:         cfg.NoSync,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		// Address space only; growing the map later makes every commit
+		// that crosses a size step re-read its open nodes.
+		InitialMmapSize: 1 << 30,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("hub: open %s: %w", path, err)
 	}
