@@ -349,4 +349,3 @@ func structLine(s *structpb.Struct) string {
 	}
 	return strings.Join(parts, " ")
 }
-

@@ -140,7 +140,7 @@ func (o *memOutbox) Read(from uint64, fn func(*uplink.Entry) bool) error {
 	}
 	return nil
 }
-func (o *memOutbox) Epoch() uint64        { return 1 }
+func (o *memOutbox) Epoch() uint64         { return 1 }
 func (o *memOutbox) SetEpoch(uint64) error { return nil }
 func (o *memOutbox) Ack(seq uint64) {
 	o.mu.Lock()

@@ -378,4 +378,3 @@ func isClosed(c chan struct{}) bool {
 		return false
 	}
 }
-
