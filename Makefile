@@ -7,7 +7,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     ?= bin
 
-.PHONY: run demo replay test deps check build bench fuzz clean
+.PHONY: run demo replay test deps check build bench fuzz proto clean
 
 run: demo
 
@@ -49,6 +49,10 @@ fuzz:
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; done
+
+# Regenerates proto/runnelv1 (Go, gRPC, gateway, OpenAPI) with pinned plugins.
+proto:
+	bash proto/gen.sh
 
 clean:
 	rm -rf $(BIN)
