@@ -166,6 +166,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{}),
 		grew: make(chan struct{}), epochReqs: make(chan epochReq)}
+	n.acks.src = &n.status.src
 	// The node writes state at checkpoints and reads it only to restore: a
 	// small cache keeps the edge's memory down (clean entries are evicted).
 	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, CacheBytes: 4 << 20})
@@ -563,6 +564,7 @@ type ackQueue struct {
 	mu   sync.Mutex
 	q    []pendingAck
 	head int
+	src  *atomic.Pointer[mqtt.Source] // batches the acks' writes, once started
 }
 
 type pendingAck struct {
@@ -582,10 +584,20 @@ func (a *ackQueue) push(pos ingestlog.Position, ack func()) {
 func (a *ackQueue) durable(upTo ingestlog.Position) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for a.head < len(a.q) && a.q[a.head].pos < upTo {
-		a.q[a.head].ack()
-		a.q[a.head] = pendingAck{}
-		a.head++
+	if a.head == len(a.q) || a.q[a.head].pos >= upTo {
+		return
+	}
+	send := func() {
+		for a.head < len(a.q) && a.q[a.head].pos < upTo {
+			a.q[a.head].ack()
+			a.q[a.head] = pendingAck{}
+			a.head++
+		}
+	}
+	if src := a.src.Load(); src != nil {
+		src.AckBatch(send)
+	} else {
+		send()
 	}
 	if a.head > 1024 && a.head*2 > len(a.q) {
 		a.q = append(a.q[:0], a.q[a.head:]...)

@@ -45,6 +45,7 @@ type acker struct {
 	window []pendingAck
 
 	scratch packets.Publish // reused for each ack; paho's Ack does not keep it
+	conn    *bufConn        // the connection of generation gen
 
 	sent     atomic.Uint64 // acknowledgements written to a connection
 	stale    atomic.Uint64 // acks dropped: their connection was gone
@@ -122,6 +123,7 @@ func (a *acker) ConAckReceived(conn io.Writer, cp *packets.Connect, ca *packets.
 	defer a.mu.Unlock()
 	a.gen++
 	a.up = true
+	a.conn, _ = conn.(*bufConn)
 	a.base += uint64(len(a.window))
 	a.window = a.window[:0]
 	return a.inner.ConAckReceived(conn, cp, ca)
@@ -132,6 +134,21 @@ func (a *acker) ConnectionLost(dp *packets.Disconnect) error {
 	defer a.mu.Unlock()
 	a.up = false
 	return a.inner.ConnectionLost(dp)
+}
+
+// batch runs fn (which acks) with the current connection corked, so the
+// acks it sends leave in one write.
+func (a *acker) batch(fn func()) {
+	a.mu.Lock()
+	c := a.conn
+	a.mu.Unlock()
+	if c == nil {
+		fn()
+		return
+	}
+	c.cork()
+	defer c.uncork()
+	fn()
 }
 
 // Ack is paho's automatic acknowledgement, called when the message

@@ -220,6 +220,11 @@ func (s *Source) Stats() Stats {
 // the broker; later ones are dropped, and the broker redelivers those
 // messages to the next source with this ClientID. Closing twice returns
 // ErrClosed.
+// AckBatch runs fn, which calls ack funcs, with the connection's writes
+// held back until it returns: the acknowledgements it sends leave in one
+// write instead of one each.
+func (s *Source) AckBatch(fn func()) { s.acks.batch(fn) }
+
 func (s *Source) Close(ctx context.Context) error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
@@ -434,14 +439,10 @@ func (s *Source) connectTo(ctx context.Context, u *url.URL, first bool) (conn, e
 	if err != nil {
 		return conn{}, fmt.Errorf("%s: %w", u.Redacted(), err)
 	}
-	if _, ok := nc.(*net.TCPConn); !ok {
-		// paho writes a packet as net.Buffers: one writev on a
-		// *net.TCPConn, which is atomic (the fd's write lock is held for
-		// it), but several Write calls on anything else (tls.Conn), which
-		// concurrent writers (acks, pings, subscribes) would interleave.
-		// The lock costs a syscall per buffer, so TCP goes without it.
-		nc = packets.NewThreadSafeConn(nc)
-	}
+	// Buffered reads, one write per packet (paho locks the connection
+	// around a packet's writes, so concurrent writers never interleave),
+	// and runs of acks corked into one write (Source.AckBatch).
+	nc = newBufConn(nc)
 	cli := paho.NewClient(paho.ClientConfig{
 		ClientID:          s.currentClientID(),
 		Conn:              nc,
