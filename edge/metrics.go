@@ -29,7 +29,9 @@ type status struct {
 	pumpAlive       atomic.Bool
 	capBlocked      atomic.Bool // the disk cap holds MQTT messages back
 	capWaits        atomic.Uint64
-	outboxBytes     atomic.Int64 // bytes committed to the outbox
+	capDropped      atomic.Uint64 // messages dropped at the cap (drop_raw)
+	capDropWarned   atomic.Int64  // when the last drop warning was logged (Unix ns)
+	outboxBytes     atomic.Int64  // bytes committed to the outbox
 	src             atomic.Pointer[mqtt.Source]
 	uplink          atomic.Pointer[uplink.Uplink]
 }
@@ -108,6 +110,9 @@ func (n *node) registry() *prometheus.Registry {
 	})
 	counter("runnel_edge_disk_cap_waits_total", "Times the disk cap held MQTT messages back.", func() float64 {
 		return float64(n.status.capWaits.Load())
+	})
+	counter("runnel_edge_disk_cap_dropped_total", "Messages acknowledged and dropped at the disk cap (disk_cap.policy drop_raw).", func() float64 {
+		return float64(n.status.capDropped.Load())
 	})
 	gauge("runnel_edge_disk_cap_blocked", "1 while the disk cap holds MQTT messages at the broker.", func() float64 {
 		if n.status.capBlocked.Load() {

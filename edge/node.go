@@ -41,7 +41,10 @@ type NodeConfig struct {
 	// cap. At the cap the node stops taking (and acknowledging) MQTT
 	// messages, so the broker keeps them, until checkpoints and the uplink
 	// free space. Aggregates are never dropped to make room.
-	DiskCap   int64
+	DiskCap int64
+	// DropAtCap makes the node, at the cap, acknowledge and drop incoming
+	// messages (counted) instead of leaving them at the broker.
+	DropAtCap bool
 	IngestLog ingestlog.Options
 	Runtime   operators.Options
 	NoSync    bool // tests only: skip fsyncs of the state store
@@ -406,6 +409,11 @@ func (n *node) run(ctx context.Context) error {
 // handle is the MQTT handler: append, and acknowledge once durable.
 func (n *node) handle(m mqtt.Message, ack func()) {
 	if n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap {
+		if n.cfg.DropAtCap {
+			n.dropAtCap()
+			ack()
+			return
+		}
 		n.waitForDisk()
 	}
 	rec := encodeRecord(nil, m.Topic, m.Payload)
@@ -436,6 +444,17 @@ func (n *node) waitForDisk() {
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// dropAtCap counts a message dropped at the disk cap (policy drop_raw)
+// and warns at most every 10 s.
+func (n *node) dropAtCap() {
+	dropped := n.status.capDropped.Add(1)
+	now := time.Now().UnixNano()
+	if last := n.status.capDropWarned.Load(); now-last > int64(10*time.Second) && n.status.capDropWarned.CompareAndSwap(last, now) {
+		n.lg.Warn("edge: disk cap reached; dropping incoming messages (disk_cap.policy drop_raw)",
+			"cap", n.cfg.DiskCap, "used", n.diskUsed(), "dropped_total", dropped)
 	}
 }
 

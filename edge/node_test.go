@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +144,55 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 	total := latestCount(t, p, data, `{"dev":"a"}`)
 	if total != n {
 		t.Fatalf("counted %d readings, want %d: the broker did not keep what the cap held back", total, n)
+	}
+}
+
+// TestDiskCapDropRaw: with disk_cap.policy drop_raw the node keeps
+// acknowledging at the cap and drops what it cannot store, counting it:
+// every message is either counted in a committed result or in the dropped
+// counter, never silently lost, and the broker keeps nothing back.
+func TestDiskCapDropRaw(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, countSpec)
+	const addr = "127.0.0.1:19472"
+	cfg := edge.NodeConfig{EdgeID: "drop", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: time.Hour, DiskCap: 4 << 10,
+		DropAtCap: true, HTTPAddr: addr, NoSync: true}
+	stop := runNode(t, cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	const n = 400
+	payload := strings.Repeat("x", 64)
+	for i := range n {
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"pad":%q}`, i, 1000+i, payload), 1)
+	}
+	var dropped int64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, _ := strconv.ParseInt(metric(t, addr, "runnel_edge_disk_cap_dropped_total"), 10, 64)
+		in, _ := strconv.ParseInt(metric(t, addr, "runnel_edge_records_in_total"), 10, 64)
+		if d > 0 && d+in == n {
+			dropped = d
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dropped %d + ingested %d, want %d in all", d, in, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1) // dropped too: the cap holds
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Without the cap nothing more arrives: the broker kept nothing back.
+	cfg.DiskCap, cfg.HTTPAddr, cfg.CheckpointInterval = 0, "", 50*time.Millisecond
+	stop = runNode(t, cfg)
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-2,"ts":9999999}`), 1)
+	time.Sleep(time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if total := latestCount(t, p, data, `{"dev":"a"}`); total+dropped != n {
+		t.Fatalf("counted %d + dropped %d readings, want %d", total, dropped, n)
 	}
 }

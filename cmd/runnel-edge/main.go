@@ -263,9 +263,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		nc.Uplink = up
 	}
-	if c.DiskCap.Policy == config.PolicyDropRaw {
-		lg.Warn("runnel-edge: disk_cap.policy drop_raw is not implemented yet; blocking at the cap instead")
-	}
+	nc.DropAtCap = c.DiskCap.Policy == config.PolicyDropRaw
 	// A second signal, or the shutdown timeout, ends a drain that hangs.
 	go func() {
 		<-ctx.Done()

@@ -161,8 +161,9 @@ const (
 	// (by a checkpoint, or the uplink draining the outbox): the broker
 	// holds the data meanwhile.
 	PolicyBlock DiskPolicy = "block"
-	// PolicyDropRaw deletes the oldest raw ingest log data first, even
-	// if no checkpoint covers it yet. Aggregates in the outbox are never
+	// PolicyDropRaw acknowledges and drops incoming messages while the
+	// cap is reached (counted in runnel_edge_disk_cap_dropped_total), so
+	// the broker does not fill up; aggregates in the outbox are never
 	// dropped.
 	PolicyDropRaw DiskPolicy = "drop_raw"
 )

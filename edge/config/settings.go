@@ -117,7 +117,7 @@ var settings = []*setting{
 		doc: "Most disk the ingest log and the outbox may use together; 0: no cap. At least two ingest log segments.",
 		val: sizeVal(func(c *Config) *int64 { return &c.DiskCap.Bytes }, nil)},
 	{path: "disk_cap.policy", flag: "disk-cap-policy", env: "RUNNEL_DISK_CAP_POLICY", def: "block",
-		doc: "At the cap: block (stop acknowledging MQTT; the broker holds the data, up to its own limits) or drop_raw (delete the oldest raw ingest log data first; aggregates are never dropped).",
+		doc: "At the cap: block (stop acknowledging MQTT; the broker holds the data, up to its own limits) or drop_raw (acknowledge and drop incoming readings while at the cap, counted in runnel_edge_disk_cap_dropped_total; the outbox's aggregates are never dropped).",
 		val: enumVal(func(c *Config) *DiskPolicy { return &c.DiskCap.Policy }, PolicyBlock, PolicyDropRaw)},
 
 	{path: "dedup.ids", flag: "dedup-ids", env: "RUNNEL_DEDUP_IDS", def: "16384",
