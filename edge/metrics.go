@@ -30,6 +30,8 @@ type status struct {
 	capBlocked      atomic.Bool // the disk cap holds MQTT messages back
 	capWaits        atomic.Uint64
 	capDropped      atomic.Uint64 // messages dropped at the cap (drop_raw)
+	published       atomic.Uint64 // results published to mqtt outputs
+	publishErrs     atomic.Uint64
 	capDropWarned   atomic.Int64  // when the last drop warning was logged (Unix ns)
 	outboxBytes     atomic.Int64  // bytes committed to the outbox
 	src             atomic.Pointer[mqtt.Source]
@@ -110,6 +112,12 @@ func (n *node) registry() *prometheus.Registry {
 	})
 	counter("runnel_edge_disk_cap_waits_total", "Times the disk cap held MQTT messages back.", func() float64 {
 		return float64(n.status.capWaits.Load())
+	})
+	counter("runnel_edge_mqtt_published_total", "Results published to the pipelines' mqtt outputs.", func() float64 {
+		return float64(n.status.published.Load())
+	})
+	counter("runnel_edge_mqtt_publish_errors_total", "Failed publications to mqtt outputs (each is retried).", func() float64 {
+		return float64(n.status.publishErrs.Load())
 	})
 	counter("runnel_edge_disk_cap_dropped_total", "Messages acknowledged and dropped at the disk cap (disk_cap.policy drop_raw).", func() float64 {
 		return float64(n.status.capDropped.Load())

@@ -91,6 +91,7 @@ type node struct {
 	epoch            atomic.Uint64
 	epochReqs        chan epochReq
 	uplinkAck        atomic.Uint64
+	published        atomic.Uint64 // the MQTT outputs' cursor (publish.go)
 	deletedTo        uint64 // writer only: outbox entries below are deleted
 	pendingDeletedTo uint64
 }
@@ -183,11 +184,12 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		if err != nil {
 			return err
 		}
-		epoch, err := loadEpoch(tx)
+		epoch, published, err := loadUplinkState(tx)
 		if err != nil {
 			return err
 		}
 		n.epoch.Store(epoch)
+		n.published.Store(published)
 		v, err := b.Get([]byte("last"))
 		if err != nil || v == nil {
 			n.last.NextSeq = 1 // sequence numbers start at 1: an ack of 0 is none
@@ -292,11 +294,23 @@ func (n *node) run(ctx context.Context) error {
 	g.Go(func() error { return n.writer(gctx) })
 	upCtx, stopUplink := context.WithCancel(gctx)
 	defer stopUplink()
-	upDone := make(chan error, 1)
+	upDone := make(chan error, 2)
+	readers := 0
 	if cfg.Uplink != nil {
+		readers++
 		go func() { upDone <- n.runUplink(upCtx) }()
-	} else {
-		upDone <- nil
+	}
+	if n.publishes() {
+		readers++
+		go func() { upDone <- n.runPublisher(upCtx) }()
+	}
+	stopReaders := func() error {
+		stopUplink()
+		var err error
+		for ; readers > 0; readers-- {
+			err = errors.Join(err, <-upDone)
+		}
+		return err
 	}
 	pumpDone := make(chan error, 1)
 	drain := make(chan struct{})
@@ -308,8 +322,7 @@ func (n *node) run(ctx context.Context) error {
 	}()
 	// abort undoes the start when a later step fails.
 	abort := func(err error) error {
-		stopUplink()
-		<-upDone
+		stopReaders()
 		close(drain)
 		<-pumpDone
 		stopWork()
@@ -381,11 +394,10 @@ func (n *node) run(ctx context.Context) error {
 			runErr = err
 		}
 	}
-	// The uplink stops before the last checkpoint: what it commits goes
-	// out with the next start.
-	stopUplink()
-	if err := <-upDone; err != nil && runErr == nil {
-		runErr = fmt.Errorf("edge: uplink: %w", err)
+	// The outbox readers (uplink, MQTT outputs) stop before the last
+	// checkpoint: what it commits goes out with the next start.
+	if err := stopReaders(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("edge: outbox reader: %w", err)
 	}
 	close(n.parts)
 	if err := g.Wait(); err != nil && runErr == nil {

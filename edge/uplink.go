@@ -51,7 +51,7 @@ func (o outboxView) Read(from uint64, fn func(*uplink.Entry) bool) error {
 			if err != nil {
 				return err
 			}
-			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Marker: oe.Marker, Watermark: oe.Watermark,
+			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Local: !o.n.toHub(oe.Pipeline), Marker: oe.Marker, Watermark: oe.Watermark,
 				Key: oe.Result.Key, Start: oe.Result.Start, End: oe.Result.End, Version: oe.Result.Version, State: oe.Result.State}
 			if !fn(&e) {
 				return stop
@@ -87,21 +87,32 @@ func (o outboxView) Ack(seq uint64) {
 	}
 }
 
-// loadEpoch reads the stored uplink epoch (1 when none was stored).
-func loadEpoch(tx *state.Tx) (uint64, error) {
+// loadUplinkState reads the stored uplink epoch (1 when none was stored)
+// and the MQTT outputs' cursor.
+func loadUplinkState(tx *state.Tx) (epoch, published uint64, err error) {
 	b, err := tx.Bucket(bucketUplink)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	v, err := b.Get([]byte(keyEpoch))
-	if err != nil || v == nil {
-		return 1, err
+	read := func(key string, def uint64) (uint64, error) {
+		v, err := b.Get([]byte(key))
+		if err != nil || v == nil {
+			return def, err
+		}
+		x, n := binary.Uvarint(v)
+		if n <= 0 || n != len(v) {
+			return 0, fmt.Errorf("edge: uplink %s %x: corrupt", key, v)
+		}
+		return x, nil
 	}
-	e, n := binary.Uvarint(v)
-	if n <= 0 || e == 0 {
-		return 0, fmt.Errorf("edge: uplink epoch %x: corrupt", v)
+	if epoch, err = read(keyEpoch, 1); err != nil {
+		return 0, 0, err
 	}
-	return e, nil
+	if epoch == 0 {
+		return 0, 0, fmt.Errorf("edge: uplink epoch 0: corrupt")
+	}
+	published, err = read(keyPublished, 0)
+	return epoch, published, err
 }
 
 // storeEpoch commits a new epoch on the writer goroutine.
@@ -119,10 +130,21 @@ func (n *node) storeEpoch(epoch uint64) error {
 	return err
 }
 
-// deleteAcked deletes the outbox entries up to the uplink's ack, within a
-// checkpoint's transaction, and returns the bytes freed.
+// deleteAcked deletes the outbox entries every reader is past (the
+// uplink's ack, the MQTT outputs' cursor), within a checkpoint's
+// transaction, and stores the MQTT outputs' cursor there too. It returns
+// the bytes freed.
 func (n *node) deleteAcked(tx *state.Tx, outbox *state.Bucket) (int64, error) {
-	upTo := n.uplinkAck.Load()
+	if n.publishes() {
+		b, err := tx.Bucket(bucketUplink)
+		if err != nil {
+			return 0, err
+		}
+		if err := b.Put([]byte(keyPublished), binary.AppendUvarint(nil, n.published.Load())); err != nil {
+			return 0, err
+		}
+	}
+	upTo := n.deletableUpTo()
 	if upTo == 0 || upTo < n.deletedTo {
 		return 0, nil
 	}

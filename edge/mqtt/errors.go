@@ -9,5 +9,9 @@ var ErrInvalidConfig = errors.New("mqtt: invalid config")
 // WaitConnected once the source is closed.
 var ErrClosed = errors.New("mqtt: source closed")
 
+// ErrNotConnected is returned by Publish while the source has no
+// connection.
+var ErrNotConnected = errors.New("mqtt: not connected")
+
 // ErrInvalidTopic is wrapped by ValidateFilter and ValidateTopic errors.
 var ErrInvalidTopic = errors.New("mqtt: invalid topic")

@@ -90,6 +90,7 @@ type Source struct {
 
 	mu        sync.Mutex
 	connected bool
+	cli       *paho.Client // the live connection's client, when connected
 	changed   chan struct{} // closed and replaced when connected changes
 	clientID  string        // the broker-assigned ID once known, when cfg.ClientID is empty
 
@@ -220,6 +221,31 @@ func (s *Source) Stats() Stats {
 // the broker; later ones are dropped, and the broker redelivers those
 // messages to the next source with this ClientID. Closing twice returns
 // ErrClosed.
+// Publish sends a message on the source's connection (the broker it reads
+// from) with the given user properties and, for QoS 1, waits for the
+// broker's PUBACK. It returns ErrNotConnected at once while there is no
+// connection; the caller retries.
+func (s *Source) Publish(ctx context.Context, topic string, payload []byte, qos byte, retain bool, user map[string]string) error {
+	s.mu.Lock()
+	cli := s.cli
+	s.mu.Unlock()
+	if cli == nil {
+		return ErrNotConnected
+	}
+	p := &paho.Publish{Topic: topic, QoS: qos, Retain: retain, Payload: payload, Properties: &paho.PublishProperties{}}
+	for k, v := range user {
+		p.Properties.User = append(p.Properties.User, paho.UserProperty{Key: k, Value: v})
+	}
+	r, err := cli.Publish(ctx, p)
+	if err != nil {
+		return fmt.Errorf("mqtt: publish to %s: %w", topic, err)
+	}
+	if r != nil && r.ReasonCode >= 0x80 {
+		return fmt.Errorf("mqtt: publish to %s: refused, reason code %#x", topic, r.ReasonCode)
+	}
+	return nil
+}
+
 // AckBatch runs fn, which calls ack funcs, with the connection's writes
 // held back until it returns: the acknowledgements it sends leave in one
 // write instead of one each.
@@ -311,9 +337,10 @@ func (s *Source) onPublish(pr paho.PublishReceived) (bool, error) {
 	return true, nil
 }
 
-func (s *Source) setConnected(up bool) {
+func (s *Source) setConnected(up bool, cli *paho.Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.cli = cli
 	if s.connected != up {
 		s.connected = up
 		close(s.changed)
@@ -361,11 +388,11 @@ func (s *Source) run(ctx context.Context) {
 			}
 			_ = c.cli.Disconnect(&paho.Disconnect{ReasonCode: 0x80}) // unspecified error
 		} else {
-			s.setConnected(true)
+			s.setConnected(true, c.cli)
 		}
 		select {
 		case <-c.cli.Done():
-			s.setConnected(false)
+			s.setConnected(false, nil)
 			s.reconnects.Add(1)
 			if time.Since(c.since) >= stableAfter {
 				retry = 0
@@ -374,7 +401,7 @@ func (s *Source) run(ctx context.Context) {
 			wait = s.back.delay(retry)
 			s.log.Warn("mqtt: connection lost; reconnecting", "up_for", time.Since(c.since).String(), "retry_in", wait.String())
 		case <-ctx.Done():
-			s.setConnected(false)
+			s.setConnected(false, nil)
 			s.disconnect(c)
 			return
 		}

@@ -43,6 +43,7 @@ import (
 type Entry struct {
 	Seq       uint64
 	Pipeline  string
+	Local     bool // not for the hub (the pipeline has no hub output): sent as a sequence number only
 	Marker    bool
 	Watermark int64 // Marker only
 
@@ -389,6 +390,9 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int)
 		}
 		n++
 		last = e.Seq
+		if e.Local {
+			return true
+		}
 		if e.Marker {
 			b.wms[e.Pipeline] = &runnelv1.Watermark{Pipeline: e.Pipeline, WatermarkMs: e.Watermark}
 			return true
