@@ -288,18 +288,27 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 		<-recvDone
 	}()
 
+	// from is the next sequence to send. floor is the highest sequence
+	// that is done: acked, or below the outbox's first entry (a new epoch
+	// starts wherever the outbox does). At most MaxUnacked sequence
+	// numbers are in flight past it.
 	from := acked + 1
+	floor := acked
 	var b batcher
 	for {
+		from = max(from, floor+1)
 		next, grew := u.ob.Committed()
-		if from < next && from <= acked+uint64(u.cfg.MaxUnacked) {
-			msg, last, err := b.build(u.ob, u.cfg.EdgeID, epoch, from, min(next, acked+uint64(u.cfg.MaxUnacked)+1), u.cfg.BatchEntries)
+		if room := u.cfg.MaxUnacked - int(from-1-floor); from < next && room > 0 {
+			msg, first, last, err := b.build(u.ob, u.cfg.EdgeID, epoch, from, next, min(u.cfg.BatchEntries, room))
 			if err != nil {
 				return progressed, outboxError{err}
 			}
 			if msg == nil { // nothing left to read below next: wait for a commit
 				from = next
 				continue
+			}
+			if from-1 == floor && first > from {
+				floor = first - 1
 			}
 			if err := stream.Send(msg); err != nil {
 				// The stream ended (Send says only io.EOF): the receiver
@@ -321,7 +330,7 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 			return progressed, err
 		case a := <-ackCh:
 			if a > acked {
-				acked = a
+				acked, floor = a, max(floor, a)
 				progressed = true
 				u.noteAck(a)
 			}
@@ -369,9 +378,9 @@ type batcher struct {
 	buf      []byte // copies of keys and states: entries are valid only in Read's callback
 }
 
-// build reads entries [from, to) up to max of them. It returns nil when
-// there is none.
-func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int) (*runnelv1.SyncRequest, uint64, error) {
+// build reads entries [from, to) up to max of them and returns the batch
+// with its first and last sequence numbers; nil when there is none.
+func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int) (*runnelv1.SyncRequest, uint64, uint64, error) {
 	b.partials, b.ptrs, b.buf = b.partials[:0], b.ptrs[:0], b.buf[:0]
 	if b.wms == nil {
 		b.wms = map[string]*runnelv1.Watermark{}
@@ -407,7 +416,7 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int)
 		return true
 	})
 	if err != nil || n == 0 {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	// Slices into buf are taken once it has stopped growing.
 	for i := range b.partials {
@@ -420,5 +429,5 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int)
 		b.msg.Watermarks = append(b.msg.Watermarks, w)
 	}
 	b.req.Msg = &runnelv1.SyncRequest_Batch{Batch: &b.msg}
-	return &b.req, last, nil
+	return &b.req, firstSeq, last, nil
 }

@@ -294,3 +294,32 @@ func TestFencedEpochMovesOn(t *testing.T) {
 		t.Fatalf("epoch %d, want 3", e)
 	}
 }
+
+// TestOutboxStartingFarAhead: the hub has nothing of this epoch and the
+// outbox starts far past sequence 1 (earlier entries were acked and
+// deleted, e.g. under the previous epoch): everything in it is sent,
+// though it lies beyond MaxUnacked of sequence 0.
+func TestOutboxStartingFarAhead(t *testing.T) {
+	h := &fakeHub{got: map[uint64]int{}, wm: map[string]int64{}}
+	ob := newOutbox()
+	es := entries(50_100)
+	ob.add(es...)
+	ob.deleted = 50_000
+	_, stop := start(t, serve(t, h), ob)
+	waitAcked(t, ob, uint64(len(es)))
+	stop()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for seq := uint64(50_001); seq <= uint64(len(es)); seq++ {
+		if !es[seq-1].Marker {
+			n++
+			if h.got[seq] != 1 {
+				t.Fatalf("entry %d applied %d times", seq, h.got[seq])
+			}
+		}
+	}
+	if len(h.got) != n {
+		t.Fatalf("hub got %d partials, want %d", len(h.got), n)
+	}
+}
