@@ -8,6 +8,7 @@ require (
 	github.com/axiomhq/hyperloglog v0.3.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/eclipse/paho.golang v0.23.0
+	github.com/eclipse/paho.mqtt.golang v1.5.1
 	github.com/expr-lang/expr v1.17.8
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/klauspost/compress v1.20.4

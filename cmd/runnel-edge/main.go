@@ -225,6 +225,7 @@ func run(ctx context.Context, args []string) error {
 	nc := edge.NodeConfig{
 		EdgeID: c.EdgeID, DataDir: c.DataDir, Pipelines: ps, EmbeddedAddr: c.Broker.EmbeddedAddr,
 		Broker: mqtt.Config{
+			Protocol: mqtt.Protocol(c.Broker.Protocol),
 			ClientID: c.Broker.ClientID, Username: c.Broker.Username, Password: c.Broker.Password,
 			ReceiveMaximum: uint16(c.Broker.ReceiveMaximum), SessionExpiry: c.Broker.SessionExpiry,
 			KeepAlive: c.Broker.KeepAlive, ConnectRetryMin: c.Broker.Reconnect.Min, ConnectRetryMax: c.Broker.Reconnect.Max,

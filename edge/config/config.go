@@ -46,6 +46,7 @@ type Broker struct {
 	// (plain), mqtts://host:port (TLS). Empty: start the embedded broker
 	// on EmbeddedAddr and read from it.
 	URL          string
+	Protocol     Protocol // MQTT version
 	EmbeddedAddr string
 	ClientID     string // default "runnel-" + EdgeID
 	Username     string
@@ -56,9 +57,10 @@ type Broker struct {
 	PasswordFile string
 	TLS          TLS
 	// ReceiveMaximum is how many QoS 1 messages the broker may have in
-	// flight to the edge: the end of the back-pressure path.
+	// flight to the edge: the end of the back-pressure path. MQTT v5
+	// only.
 	ReceiveMaximum int
-	SessionExpiry  time.Duration // whole seconds
+	SessionExpiry  time.Duration // whole seconds; MQTT v5 only
 	KeepAlive      time.Duration // whole seconds
 	Reconnect      Reconnect
 }
@@ -129,6 +131,16 @@ type Log struct {
 	Level  LogLevel
 	Format LogFormat
 }
+
+// Protocol is the MQTT version the edge speaks to the broker.
+type Protocol string
+
+const (
+	ProtocolV5 Protocol = "5"
+	// ProtocolV311 is for brokers or policies that allow nothing newer:
+	// no Receive Maximum, no session expiry, no user properties.
+	ProtocolV311 Protocol = "3.1.1"
+)
 
 // SyncMode is when the ingest log fsyncs.
 type SyncMode string

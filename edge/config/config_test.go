@@ -30,6 +30,7 @@ func wantDefaults(host string) *Config {
 		EdgeID:  host,
 		DataDir: "./runnel-data",
 		Broker: Broker{
+			Protocol:       ProtocolV5,
 			EmbeddedAddr:   "127.0.0.1:1883",
 			ClientID:       "runnel-" + host,
 			ReceiveMaximum: 64,
@@ -359,6 +360,7 @@ func TestValidate(t *testing.T) {
 			"edge_id: empty; leave it out to use the hostname",
 			"data_dir: empty",
 			"shutdown_timeout: must be greater than 0, got 0s",
+			`broker.protocol: unknown value "" (did you mean "5"?); use 5 or 3.1.1`,
 			"broker.embedded_addr: empty; expected host:port such as 127.0.0.1:1883",
 			`broker.client_id: empty; leave it out to use "runnel-" + edge_id`,
 			"broker.receive_maximum: 0 is out of range; must be 1 to 65535",
@@ -393,6 +395,14 @@ func TestValidate(t *testing.T) {
 			"broker.tls.insecure_skip_verify: TLS settings need an mqtts:// broker.url; the embedded broker (broker.url is empty) speaks plain MQTT"},
 		{"key without cert", func(c *Config) { c.Broker.URL = "mqtts://b"; c.Broker.TLS.KeyFile = notDir },
 			"broker.tls.key_file: a private key without broker.tls.cert_file; set both or neither"},
+		{"v3.1.1 with the v5 defaults", func(c *Config) { c.Broker.Protocol = ProtocolV311 }, ""},
+		{"v3.1.1 with v5 settings", func(c *Config) {
+			c.Broker.Protocol, c.Broker.ReceiveMaximum, c.Broker.SessionExpiry = ProtocolV311, 10, time.Hour
+		}, strings.Join([]string{
+			"broker.receive_maximum: an MQTT v5 setting, and broker.protocol (3.1.1) asks for v3.1.1, which has none: back-pressure is bounded by the broker's in-flight limit (Mosquitto: max_inflight_messages). Remove it",
+			"broker.session_expiry: an MQTT v5 setting, and broker.protocol (3.1.1) asks for v3.1.1, which has none: the broker's own setting (Mosquitto: persistent_client_expiration) decides how long it keeps the session. Remove it",
+		}, "\n")},
+		{"v5 settings with v5", func(c *Config) { c.Broker.ReceiveMaximum, c.Broker.SessionExpiry = 10, time.Hour }, ""},
 		{"disk cap", func(c *Config) { c.DiskCap.Bytes = 100 << 20 },
 			"disk_cap.bytes: disk_cap.bytes 100MiB is less than two ingest log segments of 64MiB: the log needs one segment to write while a checkpoint frees the last"},
 		{"no disk cap", func(c *Config) { c.DiskCap.Bytes = 0 }, ""},
@@ -751,5 +761,35 @@ func TestBadEdgeIDHidesHostname(t *testing.T) {
 	_, err := load("", []string{"--edge-id=a b"}, nil, func() (string, error) { return "bad host", nil }, readConfigFile)
 	if want := `flag --edge-id: "a b" contains ' '; use letters, digits, '.', '_' and '-'`; err == nil || err.Error() != want {
 		t.Errorf("got  %v\nwant %s", err, want)
+	}
+}
+
+// broker.protocol from each source: "3.1.1" and "5" are text, and a YAML
+// number 5 is read as its text.
+func TestProtocolSources(t *testing.T) {
+	for _, tc := range []struct {
+		name, data    string
+		args, environ []string
+		want          Protocol
+	}{
+		{name: "yaml", data: "broker: {protocol: 3.1.1}\n", want: ProtocolV311},
+		{name: "yaml number", data: "broker: {protocol: 5}\n", want: ProtocolV5},
+		{name: "env", environ: []string{"RUNNEL_BROKER_PROTOCOL=3.1.1"}, want: ProtocolV311},
+		{name: "flag", args: []string{"--broker-protocol", "3.1.1"}, want: ProtocolV311},
+		{name: "default", want: ProtocolV5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := ""
+			if tc.data != "" {
+				file = "edge.yaml"
+			}
+			c, err := loadData(file, tc.data, tc.args, tc.environ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Broker.Protocol != tc.want {
+				t.Fatalf("Protocol = %q, want %q", c.Broker.Protocol, tc.want)
+			}
+		})
 	}
 }

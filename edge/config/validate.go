@@ -132,6 +132,28 @@ func (v *validator) crossChecks() {
 		}
 	}
 
+	// MQTT v3.1.1 has no Receive Maximum and no session expiry: a value
+	// the user gave for either would silently do nothing. Defaults are
+	// fine (the v5 path's, unused).
+	if b.Protocol == ProtocolV311 && v.ok("broker.protocol") {
+		d := defaults().Broker
+		v5only := []struct {
+			path      string
+			isDefault bool
+			instead   string
+		}{
+			{"broker.receive_maximum", b.ReceiveMaximum == d.ReceiveMaximum,
+				"back-pressure is bounded by the broker's in-flight limit (Mosquitto: max_inflight_messages)"},
+			{"broker.session_expiry", b.SessionExpiry == d.SessionExpiry,
+				"the broker's own setting (Mosquitto: persistent_client_expiration) decides how long it keeps the session"},
+		}
+		for _, o := range v5only {
+			if explicit := v.set(o.path) || (!v.loaded && !o.isDefault); explicit && v.ok(o.path) {
+				v.add(o.path, "an MQTT v5 setting, and %s asks for v3.1.1, which has none: %s. Remove it", v.show("broker.protocol"), o.instead)
+			}
+		}
+	}
+
 	const rmin, rmax = "broker.reconnect.min", "broker.reconnect.max"
 	if v.ok(rmin, rmax) && b.Reconnect.Min > b.Reconnect.Max {
 		p := v.blame(rmin, rmax)

@@ -25,9 +25,25 @@ const (
 	DefaultConnectTimeout  = 10 * time.Second
 )
 
+// Protocol is the MQTT protocol version the source speaks.
+type Protocol string
+
+const (
+	// ProtocolV5 is MQTT 5.0, the default: Receive Maximum bounds what the
+	// broker sends unacknowledged, and the session has an expiry.
+	ProtocolV5 Protocol = "5"
+	// ProtocolV311 is MQTT 3.1.1, for brokers or policies that allow
+	// nothing newer. It has no Receive Maximum, no session expiry and no
+	// user properties; see the package Caveats.
+	ProtocolV311 Protocol = "3.1.1"
+)
+
 // Config says which brokers to connect to and what to subscribe to. Zero
 // values take the defaults above; Validate lists every problem at once.
 type Config struct {
+	// Protocol is the MQTT version: ProtocolV5 (the default, also for "")
+	// or ProtocolV311.
+	Protocol Protocol
 	// Brokers are tried in order until one accepts the connection:
 	// mqtt://host:port or tcp://host:port (plain, port default 1883),
 	// mqtts://, ssl:// or tls:// (TLS, port default 8883). At least one.
@@ -35,7 +51,8 @@ type Config struct {
 	// ClientID names the session on the broker. Required unless
 	// CleanStart is set: a persistent session is found by its client ID.
 	// With CleanStart and no ClientID the broker assigns one, which the
-	// source then reuses on reconnects.
+	// source then reuses on reconnects (MQTT v5 only: a v3.1.1 broker
+	// does not say which ID it assigned, so v3.1.1 requires a ClientID).
 	ClientID string
 	// Username and Password are sent in CONNECT when non-empty.
 	Username, Password string
@@ -46,10 +63,16 @@ type Config struct {
 	// CleanStart discards the broker's session for ClientID on the first
 	// connection of this Source (never on reconnects). Default false: the
 	// broker keeps subscriptions and queues QoS 1/2 messages while the
-	// edge is away, up to SessionExpiry.
+	// edge is away, up to SessionExpiry. With v3.1.1, whose clean session
+	// would last only as long as its connection, the source connects once
+	// with CleanSession set, disconnects, and continues with a persistent
+	// session.
 	CleanStart bool
 	// SessionExpiry is how long the broker keeps the session after the
 	// connection drops. Default 24h; whole seconds, at most 2^32-1 s.
+	// MQTT v5 only: v3.1.1 has no session expiry, and the broker's own
+	// policy (Mosquitto: persistent_client_expiration) decides; the
+	// field is ignored then.
 	SessionExpiry time.Duration
 	// KeepAlive is the MQTT keep-alive: the longest silence before a ping.
 	// Default 30s; whole seconds, 1s to 65535s.
@@ -57,7 +80,8 @@ type Config struct {
 	// ReceiveMaximum is the most QoS 1/2 messages the broker may have sent
 	// and not had acknowledged. It is the back-pressure bound: a handler
 	// that stops acknowledging stops the broker sending after this many.
-	// Default 64.
+	// Default 64. MQTT v5 only, ignored with v3.1.1: there the broker's
+	// own limit (Mosquitto: max_inflight_messages) is the bound.
 	ReceiveMaximum uint16
 	// ConnectRetryMin and ConnectRetryMax bound the jittered exponential
 	// back-off between connection attempts. Defaults 250ms and 30s.
@@ -99,7 +123,15 @@ func (c *Config) Validate() error {
 			bad("brokers[%d]: %v", i, err)
 		}
 	}
-	if c.ClientID == "" && !c.CleanStart {
+	switch c.Protocol {
+	case "", ProtocolV5, ProtocolV311:
+	default:
+		bad("protocol %q: want %q or %q", c.Protocol, ProtocolV5, ProtocolV311)
+	}
+	switch {
+	case c.ClientID == "" && c.Protocol == ProtocolV311:
+		bad("client_id: required with protocol 3.1.1 (a v3.1.1 broker does not tell the client the ID it assigns, so its session could not be resumed)")
+	case c.ClientID == "" && !c.CleanStart:
 		bad("client_id: required for a persistent session (or set clean_start)")
 	}
 	if !utf8.ValidString(c.ClientID) || len(c.ClientID) > maxTopicLen {
@@ -155,6 +187,9 @@ func (c *Config) Validate() error {
 
 // withDefaults returns a copy of c with zero values replaced by defaults.
 func (c Config) withDefaults() Config {
+	if c.Protocol == "" {
+		c.Protocol = ProtocolV5
+	}
 	c.SessionExpiry = orDefault(c.SessionExpiry, DefaultSessionExpiry)
 	c.KeepAlive = orDefault(c.KeepAlive, DefaultKeepAlive)
 	if c.ReceiveMaximum == 0 {

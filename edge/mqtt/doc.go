@@ -1,5 +1,5 @@
-// Package mqtt is the edge's MQTT source: it holds one MQTT v5 connection
-// to a broker (the embedded one, edge/broker, or Mosquitto and the like),
+// Package mqtt is the edge's MQTT source: it holds one MQTT v5 (default)
+// or v3.1.1 connection (Config.Protocol) to a broker (the embedded one, edge/broker, or Mosquitto and the like),
 // subscribes to the configured topics, and hands each message to a
 // Handler, acknowledging it to the broker only when the handler says so.
 //
@@ -45,9 +45,42 @@
 //     normal DISCONNECT (the broker keeps the session) and waits for every
 //     goroutine the source started.
 //
+// # MQTT v3.1.1
+//
+// Config.Protocol "3.1.1" is for brokers, or policies, that allow nothing
+// newer. The Handler contract, the invariants above and the Source API are
+// the same; what v3.1.1 gives is a persistent session (CleanSession false,
+// so unacknowledged and queued QoS 1 messages are redelivered after a
+// reconnect or restart), QoS 0 and 1 (and 2), TLS and user name and
+// password. What it lacks:
+//
+//   - Receive Maximum. Back-pressure is the broker's own bound on unacked
+//     messages in flight to one client (Mosquitto: max_inflight_messages,
+//     default 20; 0 means none) and then TCP. Config.ReceiveMaximum is
+//     ignored, and Stats.OverReceiveMaximum stays 0. The source buffers up
+//     to 1024 delivered messages; a broker that sends more unacknowledged
+//     ones blocks the connection's reader, and with it keep-alive, until
+//     the handler catches up (the broker may then drop the connection).
+//   - Session expiry. Config.SessionExpiry is ignored: the broker's policy
+//     (Mosquitto: persistent_client_expiration, default never) decides how
+//     long it keeps the session while the edge is away.
+//   - User properties. Publish sends the message without them.
+//   - A broker-assigned client ID: a ClientID is required.
+//   - Retain Handling. Subscribing again makes the broker resend retained
+//     messages, so the source subscribes on its first connection and when
+//     the broker lost the session, not on every reconnect.
+//   - CleanStart. A v3.1.1 clean session ends with its connection, so the
+//     source gets CleanStart's meaning (discard the old session once, then
+//     keep one) by connecting once with CleanSession set, disconnecting,
+//     and connecting again without.
+//
 // # Implementation notes
 //
-// The client is github.com/eclipse/paho.golang's paho package; the
+// A connection is a link (source.go): the loop, back-off, delivery and
+// acknowledgement order are the Source's, the wire is the link's. conn5.go
+// speaks v5, conn311.go v3.1.1.
+//
+// The v5 client is github.com/eclipse/paho.golang's paho package; the
 // reconnect loop is ours rather than autopaho's (autopaho needs
 // golang.org/x/net, which this module does not require, and its loop
 // offers no way to tie acknowledgements to a connection). paho's own
@@ -58,12 +91,16 @@
 // issues #327 and #160). Instead paho runs in automatic mode with a
 // session that ignores the automatic ack and sends the handler's.
 //
+// The v3.1.1 client is github.com/eclipse/paho.mqtt.golang, one client per
+// connection with its automatic reconnect, automatic acknowledgement and
+// message store turned off: the acker writes the PUBACKs itself, on the
+// same terms as for v5 (link311 says why).
+//
 // # Caveats
 //
-//   - MQTT v5 only. paho.golang does not speak v3.1.1, so a broker that
-//     only speaks v3.1.1 cannot be used. Mosquitto (1.6+), EMQX, HiveMQ
-//     and the embedded mochi broker speak v5; devices that publish with
-//     v3.1.1 to those brokers are fine.
+//   - MQTT 3.1 (protocol level 3) and MQTT-over-WebSocket are not spoken.
+//     Prefer v5 where the broker allows it: v3.1.1's back-pressure bound is
+//     the broker's, not the edge's (see "MQTT v3.1.1" above).
 //   - Receive Maximum bounds QoS 1 and 2 only. QoS 0 messages have no flow
 //     control: a handler slower than a QoS 0 stream blocks the connection's
 //     reader, pings go unanswered and the broker drops the connection.

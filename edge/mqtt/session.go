@@ -33,10 +33,19 @@ import (
 // came on, and an ack for another generation is dropped (the broker
 // redelivers the message on the new connection).
 //
-// Lock order: acker.mu, then paho's session state lock (inside inner).
+// The MQTT v3.1.1 connection (conn311.go) has no paho.golang session:
+// there acker writes the PUBACKs itself, through the ackWriter the
+// connection registers with connected.
+//
+// Lock order: acker.mu, then paho's session state lock (inside inner) or
+// the connection's write lock.
 type acker struct {
 	inner *state.State
 	limit int // the Receive Maximum we asked the broker to respect
+
+	// out writes the acknowledgements of generation gen: paho's session
+	// state for v5 (stateAcks), the bare connection for v3.1.1.
+	out ackWriter
 
 	mu     sync.Mutex
 	gen    uint64 // connection generation: incremented by each CONNACK
@@ -61,6 +70,22 @@ type pendingAck struct {
 }
 
 var _ session.SessionManager = (*acker)(nil)
+
+// ackWriter writes one acknowledgement, PUBACK for QoS 1 or PUBREC for
+// QoS 2, on the live connection. An error is a connection error: the
+// connection's reader sees it too and the source reconnects.
+type ackWriter interface {
+	writeAck(id uint16, qos byte) error
+}
+
+// stateAcks sends acks through paho.golang's session state, which writes
+// them to the connection it was given in ConAckReceived (MQTT v5).
+type stateAcks struct{ a *acker }
+
+func (s stateAcks) writeAck(id uint16, qos byte) error {
+	s.a.scratch.PacketID, s.a.scratch.QoS = id, qos
+	return s.a.inner.Ack(&s.a.scratch)
+}
 
 func newAcker(receiveMaximum uint16) *acker {
 	return &acker{inner: state.NewInMemory(), limit: int(receiveMaximum)}
@@ -102,8 +127,7 @@ func (a *acker) ack(gen, seq uint64) bool {
 		p := a.window[n]
 		// Errors are connection errors: paho's reader sees the same
 		// broken connection and reconnects; the broker redelivers.
-		a.scratch.PacketID, a.scratch.QoS = p.id, p.qos
-		_ = a.inner.Ack(&a.scratch)
+		_ = a.out.writeAck(p.id, p.qos)
 		a.sent.Add(1)
 		n++
 	}
@@ -121,19 +145,39 @@ func (a *acker) ack(gen, seq uint64) bool {
 func (a *acker) ConAckReceived(conn io.Writer, cp *packets.Connect, ca *packets.Connack) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.gen++
-	a.up = true
-	a.conn, _ = conn.(*bufConn)
-	a.base += uint64(len(a.window))
-	a.window = a.window[:0]
+	bc, _ := conn.(*bufConn)
+	a.newGeneration(stateAcks{a}, bc)
 	return a.inner.ConAckReceived(conn, cp, ca)
 }
 
+// connected starts a new generation whose acks out writes (MQTT v3.1.1,
+// which has no paho.golang session); c, if not nil, is corked by batch.
+func (a *acker) connected(out ackWriter, c *bufConn) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.newGeneration(out, c)
+}
+
+// newGeneration forgets the previous connection's unacknowledged messages
+// (the broker redelivers them); a.mu must be held.
+func (a *acker) newGeneration(out ackWriter, c *bufConn) {
+	a.gen++
+	a.up = true
+	a.out, a.conn = out, c
+	a.base += uint64(len(a.window))
+	a.window = a.window[:0]
+}
+
 func (a *acker) ConnectionLost(dp *packets.Disconnect) error {
+	a.lost()
+	return a.inner.ConnectionLost(dp)
+}
+
+// lost marks the current generation dead: its acks are dropped from now on.
+func (a *acker) lost() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.up = false
-	return a.inner.ConnectionLost(dp)
 }
 
 // batch runs fn (which acks) with the current connection corked, so the

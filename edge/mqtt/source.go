@@ -6,15 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/eclipse/paho.golang/packets"
-	"github.com/eclipse/paho.golang/paho"
 )
 
 // Message is one PUBLISH received from the broker. The source does not
@@ -42,7 +40,7 @@ type Message struct {
 //
 // The handler may block, which is how back-pressure reaches the broker:
 // once ReceiveMaximum messages are unacknowledged the broker stops
-// sending. A handler that blocks must also return when its owner stops
+// sending (with v3.1.1, once the broker's own in-flight limit is reached). A handler that blocks must also return when its owner stops
 // it; Close waits for it.
 type Handler func(m Message, ack func())
 
@@ -62,8 +60,8 @@ type Stats struct {
 	OverReceiveMaximum uint64
 }
 
-// Source receives messages from an MQTT broker over one MQTT v5
-// connection, reconnecting with back-off until Close.
+// Source receives messages from an MQTT broker over one MQTT v5 or v3.1.1
+// connection (Config.Protocol), reconnecting with back-off until Close.
 type Source struct {
 	cfg     Config
 	log     *slog.Logger
@@ -76,10 +74,11 @@ type Source struct {
 
 	// inbox carries messages from paho's callback to the delivery
 	// goroutine, so that paho never runs user code and Close can always
-	// unblock it. Its capacity is ReceiveMaximum up to maxInbox; beyond
-	// that, paho's own buffer (ReceiveMaximum deep) takes the rest, so the
-	// connection's reader still never blocks on a broker that keeps to
-	// Receive Maximum.
+	// unblock it. With v5 its capacity is ReceiveMaximum up to maxInbox;
+	// beyond that, paho's own buffer (ReceiveMaximum deep) takes the rest,
+	// so the connection's reader still never blocks on a broker that keeps
+	// to Receive Maximum. With v3.1.1 the broker's bound is not known to
+	// us, and the capacity is maxInbox.
 	inbox chan delivery
 	// stop is closed by Close: no more deliveries.
 	stop   chan struct{}
@@ -90,7 +89,7 @@ type Source struct {
 
 	mu        sync.Mutex
 	connected bool
-	cli       *paho.Client // the live connection's client, when connected
+	link      link          // the live connection, when connected
 	changed   chan struct{} // closed and replaced when connected changes
 	clientID  string        // the broker-assigned ID once known, when cfg.ClientID is empty
 
@@ -133,13 +132,19 @@ func start(ctx context.Context, cfg Config, h Handler, hooks testHooks) (*Source
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	inbox := min(int(cfg.ReceiveMaximum), maxInbox)
+	acks := newAcker(cfg.ReceiveMaximum)
+	if cfg.Protocol == ProtocolV311 {
+		// No Receive Maximum: nothing the broker sends is "over" it.
+		inbox, acks.limit = maxInbox, math.MaxInt
+	}
 	s := &Source{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "mqtt", "client_id", cfg.ClientID),
 		h:        h,
 		back:     backoff{min: cfg.ConnectRetryMin, max: cfg.ConnectRetryMax, rand: rand.Float64},
-		acks:     newAcker(cfg.ReceiveMaximum),
-		inbox:    make(chan delivery, min(int(cfg.ReceiveMaximum), maxInbox)),
+		acks:     acks,
+		inbox:    make(chan delivery, inbox),
 		stop:     make(chan struct{}),
 		ran:      make(chan struct{}),
 		served:   make(chan struct{}),
@@ -215,33 +220,21 @@ func (s *Source) Stats() Stats {
 	}
 }
 
-// Close stops delivering messages, waits for the handler to return, then
-// disconnects cleanly (the broker keeps the session) and waits for the
-// source's goroutines, or for ctx. Acks called before the disconnect reach
-// the broker; later ones are dropped, and the broker redelivers those
-// messages to the next source with this ClientID. Closing twice returns
-// ErrClosed.
 // Publish sends a message on the source's connection (the broker it reads
-// from) with the given user properties and, for QoS 1, waits for the
-// broker's PUBACK. It returns ErrNotConnected at once while there is no
-// connection; the caller retries.
+// from) and, for QoS 1, waits for the broker's PUBACK. It returns
+// ErrNotConnected at once while there is no connection; the caller
+// retries. With MQTT v5 the message carries the given user properties;
+// MQTT v3.1.1 has no properties, so there user is not sent (a reader that
+// needs it, to deduplicate say, does not get it).
 func (s *Source) Publish(ctx context.Context, topic string, payload []byte, qos byte, retain bool, user map[string]string) error {
 	s.mu.Lock()
-	cli := s.cli
+	l := s.link
 	s.mu.Unlock()
-	if cli == nil {
+	if l == nil {
 		return ErrNotConnected
 	}
-	p := &paho.Publish{Topic: topic, QoS: qos, Retain: retain, Payload: payload, Properties: &paho.PublishProperties{}}
-	for k, v := range user {
-		p.Properties.User = append(p.Properties.User, paho.UserProperty{Key: k, Value: v})
-	}
-	r, err := cli.Publish(ctx, p)
-	if err != nil {
+	if err := l.publish(ctx, topic, payload, qos, retain, user); err != nil {
 		return fmt.Errorf("mqtt: publish to %s: %w", topic, err)
-	}
-	if r != nil && r.ReasonCode >= 0x80 {
-		return fmt.Errorf("mqtt: publish to %s: refused, reason code %#x", topic, r.ReasonCode)
 	}
 	return nil
 }
@@ -251,6 +244,12 @@ func (s *Source) Publish(ctx context.Context, topic string, payload []byte, qos 
 // write instead of one each.
 func (s *Source) AckBatch(fn func()) { s.acks.batch(fn) }
 
+// Close stops delivering messages, waits for the handler to return, then
+// disconnects cleanly (the broker keeps the session) and waits for the
+// source's goroutines, or for ctx. Acks called before the disconnect reach
+// the broker; later ones are dropped, and the broker redelivers those
+// messages to the next source with this ClientID. Closing twice returns
+// ErrClosed.
 func (s *Source) Close(ctx context.Context) error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
@@ -309,20 +308,13 @@ func (s *Source) ackFunc(d delivery) func() {
 	}
 }
 
-// onPublish is paho's message callback, on paho's routing goroutine.
-func (s *Source) onPublish(pr paho.PublishReceived) (bool, error) {
-	p := pr.Packet
-	d := delivery{msg: Message{
-		Topic:     p.Topic,
-		Payload:   p.Payload,
-		QoS:       p.QoS,
-		Retain:    p.Retain,
-		Duplicate: p.Duplicate(),
-		PacketID:  p.PacketID,
-	}}
-	if p.QoS > 0 {
+// deliver passes one received message to the delivery goroutine. It is
+// called by the connection's reader (paho's callback), in arrival order.
+func (s *Source) deliver(m Message) {
+	d := delivery{msg: m}
+	if m.QoS > 0 {
 		var over bool
-		d.gen, d.seq, over = s.acks.track(p.PacketID, p.QoS)
+		d.gen, d.seq, over = s.acks.track(m.PacketID, m.QoS)
 		if over && s.warnedOverflow.Swap(d.gen) != d.gen {
 			s.log.Warn("mqtt: broker exceeds our Receive Maximum; back-pressure is not bounded by this broker (Mosquitto before 2.0.13 does this)",
 				"receive_maximum", s.cfg.ReceiveMaximum)
@@ -334,18 +326,41 @@ func (s *Source) onPublish(pr paho.PublishReceived) (bool, error) {
 		// Closing: the message is not acknowledged, so the broker keeps
 		// it for the next connection of this session.
 	}
-	return true, nil
 }
 
-func (s *Source) setConnected(up bool, cli *paho.Client) {
+func (s *Source) setConnected(up bool, l link) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cli = cli
+	s.link = l
 	if s.connected != up {
 		s.connected = up
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}
+}
+
+// link is one live connection to a broker, in one protocol version:
+// conn5.go (paho.golang) and conn311.go (paho.mqtt.golang). The
+// connection loop (run) opens it, owns it and ends it; Publish borrows it.
+// Every link hands received messages to Source.deliver from one goroutine,
+// in arrival order, and registers its generation with the acker when it
+// comes up.
+type link interface {
+	// subscribe subscribes to every configured topic and waits for the
+	// broker's answer. Filters the broker refuses are logged and counted
+	// (Stats.SubscribeErrors), not returned: the others still work.
+	subscribe(ctx context.Context) error
+	// publish sends one message and, for QoS 1, waits for its PUBACK.
+	publish(ctx context.Context, topic string, payload []byte, qos byte, retain bool, user map[string]string) error
+	// done is closed once the connection has ended and the client
+	// goroutines serving it have returned.
+	done() <-chan struct{}
+	// abort ends the connection at once, telling the broker it is an
+	// error where the protocol can (after a failed subscribe).
+	abort()
+	// disconnect ends the connection cleanly (a normal DISCONNECT: the
+	// broker keeps the session) and returns once done is closed.
+	disconnect()
 }
 
 // stableAfter is how long a connection must last before its loss resets
@@ -382,16 +397,16 @@ func (s *Source) run(ctx context.Context) {
 			continue
 		}
 		first = false
-		if err := s.subscribe(ctx, c.cli); err != nil {
+		if err := c.link.subscribe(ctx); err != nil {
 			if ctx.Err() == nil {
 				s.log.Error("mqtt: subscribe failed; reconnecting", "error", err)
 			}
-			_ = c.cli.Disconnect(&paho.Disconnect{ReasonCode: 0x80}) // unspecified error
+			c.link.abort()
 		} else {
-			s.setConnected(true, c.cli)
+			s.setConnected(true, c.link)
 		}
 		select {
-		case <-c.cli.Done():
+		case <-c.link.done():
 			s.setConnected(false, nil)
 			s.reconnects.Add(1)
 			if time.Since(c.since) >= stableAfter {
@@ -402,7 +417,8 @@ func (s *Source) run(ctx context.Context) {
 			s.log.Warn("mqtt: connection lost; reconnecting", "up_for", time.Since(c.since).String(), "retry_in", wait.String())
 		case <-ctx.Done():
 			s.setConnected(false, nil)
-			s.disconnect(c)
+			c.link.disconnect()
+			s.log.Info("mqtt: disconnected")
 			return
 		}
 	}
@@ -412,34 +428,9 @@ func (s *Source) run(ctx context.Context) {
 // connection after our DISCONNECT.
 const disconnectWait = 2 * time.Second
 
-// disconnect ends a connection cleanly: a normal DISCONNECT (the broker
-// keeps the session, with its expiry), then it waits for the broker to
-// close the connection, which it does only after it has read everything we
-// sent before. paho's own Disconnect closes the socket at once; if the next
-// source with this ClientID then connects before the broker has read the
-// last PUBACKs, the broker takes the session over and never reads them,
-// and redelivers those messages (seen with Mosquitto under load).
-func (s *Source) disconnect(c conn) {
-	dp := packets.NewControlPacket(packets.DISCONNECT)
-	if _, err := dp.WriteTo(c.net); err == nil {
-		t := time.NewTimer(disconnectWait)
-		select {
-		case <-c.cli.Done(): // the broker closed the connection
-		case <-t.C:
-			s.log.Warn("mqtt: broker did not close the connection after DISCONNECT", "waited", disconnectWait.String())
-		}
-		t.Stop()
-	}
-	// Closing the socket ends paho's reader, and with it the client.
-	_ = c.net.Close()
-	<-c.cli.Done()
-	s.log.Info("mqtt: disconnected")
-}
-
-// conn is one live MQTT connection.
+// conn is one live MQTT connection and when it came up.
 type conn struct {
-	cli   *paho.Client
-	net   net.Conn // what cli writes to
+	link  link
 	since time.Time
 }
 
@@ -459,70 +450,44 @@ func (s *Source) connect(ctx context.Context, first bool) (conn, error) {
 	return conn{}, errors.Join(errs...)
 }
 
+// connectTo makes one connection attempt to u, in the configured protocol
+// version, bounded by ConnectTimeout.
 func (s *Source) connectTo(ctx context.Context, u *url.URL, first bool) (conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
-	nc, err := s.dial(ctx, u)
+	clean := s.cfg.CleanStart && first
+	var (
+		l              link
+		sessionPresent bool
+		err            error
+	)
+	if s.cfg.Protocol == ProtocolV311 {
+		l, sessionPresent, err = s.connect311(ctx, u, first)
+	} else {
+		l, sessionPresent, err = s.connect5(ctx, u, clean)
+	}
 	if err != nil {
-		return conn{}, fmt.Errorf("%s: %w", u.Redacted(), err)
-	}
-	// Buffered reads, one write per packet (paho locks the connection
-	// around a packet's writes, so concurrent writers never interleave),
-	// and runs of acks corked into one write (Source.AckBatch).
-	nc = newBufConn(nc)
-	cli := paho.NewClient(paho.ClientConfig{
-		ClientID:          s.currentClientID(),
-		Conn:              nc,
-		Session:           s.acks,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){s.onPublish},
-		PacketTimeout:     s.cfg.ConnectTimeout,
-		OnClientError: func(err error) {
-			s.log.Debug("mqtt: connection error", "broker", u.Redacted(), "error", err)
-		},
-		OnServerDisconnect: func(d *paho.Disconnect) {
-			reason := ""
-			if d.Properties != nil {
-				reason = d.Properties.ReasonString
-			}
-			s.log.Warn("mqtt: broker disconnected us", "broker", u.Redacted(), "reason_code", d.ReasonCode, "reason", reason)
-		},
-	})
-	expiry := uint32(seconds(s.cfg.SessionExpiry))
-	rm := s.cfg.ReceiveMaximum
-	cp := &paho.Connect{
-		ClientID:   s.currentClientID(),
-		KeepAlive:  uint16(seconds(s.cfg.KeepAlive)),
-		CleanStart: s.cfg.CleanStart && first,
-		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry, ReceiveMaximum: &rm},
-	}
-	if s.cfg.Username != "" {
-		cp.UsernameFlag, cp.Username = true, s.cfg.Username
-	}
-	if s.cfg.Password != "" {
-		cp.PasswordFlag, cp.Password = true, []byte(s.cfg.Password)
-	}
-	ca, err := cli.Connect(ctx, cp)
-	if err != nil {
-		// paho closes conn on a failed Connect.
-		if ca != nil {
-			return conn{}, fmt.Errorf("%s: refused: reason code %#x: %w", u.Redacted(), ca.ReasonCode, err)
-		}
 		return conn{}, fmt.Errorf("%s: %w", u.Redacted(), err)
 	}
 	s.connects.Add(1)
-	if ca.Properties != nil && ca.Properties.AssignedClientID != "" {
-		s.mu.Lock()
-		s.clientID = ca.Properties.AssignedClientID
-		s.mu.Unlock()
-	}
-	if !ca.SessionPresent && !(s.cfg.CleanStart && first) {
+	if !sessionPresent && !clean {
 		// Expected on the very first connection of a new ClientID; after
 		// that it means the broker lost the session (expired, restarted
 		// without persistence) and with it any queued messages.
 		s.log.Warn("mqtt: broker has no session for this client; queued messages, if any, are lost", "broker", u.Redacted())
 	}
-	s.log.Info("mqtt: connected", "broker", u.Redacted(), "session_present", ca.SessionPresent)
-	return conn{cli: cli, net: nc, since: time.Now()}, nil
+	s.log.Info("mqtt: connected", "broker", u.Redacted(), "protocol", string(s.cfg.Protocol), "session_present", sessionPresent)
+	return conn{link: l, since: time.Now()}, nil
+}
+
+// dialBuffered dials u and wraps the connection for buffered reads and
+// corked writes (bufConn).
+func (s *Source) dialBuffered(ctx context.Context, u *url.URL) (*bufConn, error) {
+	nc, err := s.dial(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return newBufConn(nc), nil
 }
 
 func (s *Source) currentClientID() string {
@@ -531,26 +496,10 @@ func (s *Source) currentClientID() string {
 	return s.clientID
 }
 
-// subscribe (re)subscribes to every topic on each connection. With a
-// persistent session the broker already has the subscriptions; sending
-// them again is harmless (Retain Handling 1: retained messages only for a
-// subscription that is new) and picks up filters added to the config
-// since the session was created.
-func (s *Source) subscribe(ctx context.Context, cli *paho.Client) error {
-	sub := &paho.Subscribe{Subscriptions: make([]paho.SubscribeOptions, len(s.cfg.Topics))}
-	for i, t := range s.cfg.Topics {
-		sub.Subscriptions[i] = paho.SubscribeOptions{Topic: t.Filter, QoS: t.QoS, RetainHandling: 1}
-	}
-	sa, err := cli.Subscribe(ctx, sub)
-	if sa == nil {
-		if err == nil {
-			err = errors.New("no SUBACK")
-		}
-		s.subFails.Add(uint64(len(s.cfg.Topics)))
-		return err
-	}
-	// A SUBACK with some refusals: report them and keep what was granted.
-	for i, code := range sa.Reasons {
+// refused logs and counts the filters a SUBACK refused or downgraded;
+// granted is the SUBACK's return code for each topic, in order.
+func (s *Source) refused(granted []byte) {
+	for i, code := range granted {
 		if i >= len(s.cfg.Topics) {
 			break
 		}
@@ -563,7 +512,6 @@ func (s *Source) subscribe(ctx context.Context, cli *paho.Client) error {
 			s.log.Warn("mqtt: broker granted a lower QoS", "filter", t.Filter, "requested", t.QoS, "granted", code)
 		}
 	}
-	return nil
 }
 
 func (s *Source) dialBroker(ctx context.Context, u *url.URL) (net.Conn, error) {
