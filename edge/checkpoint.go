@@ -385,6 +385,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		n.grew = make(chan struct{})
 	}
 	n.grewMu.Unlock()
+	prev := n.last
 	n.last = c
 	for _, p := range parts {
 		if ps := n.pipe(p.pipe); ps != nil {
@@ -393,8 +394,11 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 			}
 		}
 	}
-	if err := n.log.DeleteBefore(c.Pos); err != nil {
-		n.lg.Warn("edge: delete ingest log segments", "before", c.Pos, "err", err)
+	// Segments go once the checkpoint before this one covers them: bbolt
+	// opens the previous commit when the newest meta page is damaged, and
+	// that checkpoint must still find its log.
+	if err := n.log.DeleteBefore(prev.Pos); err != nil {
+		n.lg.Warn("edge: delete ingest log segments", "before", prev.Pos, "err", err)
 	}
 	n.lg.Debug("edge: checkpoint", "id", id, "pos", c.Pos, "outbox_entries", entries)
 	return nil

@@ -28,8 +28,8 @@ import (
 // TestDamagedFiles damages the files of a SIGKILLed runnel-edge process and
 // restarts the node on them (in-process, on a copy per case). A first
 // runnel-edge process took 100 readings through a real Mosquitto and
-// stopped (its checkpoint covers them; the log segments before them are
-// deleted); a second took 200 and more (4 KiB segments, so several) and was
+// stopped (its checkpoint covers them), and was started and stopped again
+// (the log segments before them are deleted); a third took 200 and more (4 KiB segments, so several) and was
 // killed before any checkpoint. Each restart uses a new MQTT session, so the broker redelivers
 // nothing: what the node counts is what its files hold, and the oracle is
 // exact. The right behaviour, per damage:
@@ -243,8 +243,6 @@ func TestDamagedFiles(t *testing.T) {
 		flipRefused(t, last, 0, 20)
 	})
 	t.Run("cut-below-checkpoint", func(t *testing.T) {
-		t.Skip("blocked on: edge/node.go open() does not check that the ingest log reaches the checkpoint's position " +
-			"(n.last.Pos <= rec.End); see the report in this test's comment")
 		// The log lost the records of its last frames, some of which the
 		// checkpoint covers: new records would take their positions, and the
 		// checkpoint, which says it covers them, would skip them. The node
@@ -341,9 +339,8 @@ func TestDamagedFiles(t *testing.T) {
 			t.Fatalf("an empty state.db and a log from %d: the node started; want it to refuse", k.first)
 		}
 		t.Logf("refused: %v", err)
-		if !strings.Contains(err.Error(), filepath.Join(data, "log")) && !strings.Contains(err.Error(), "state.db") {
-			t.Skip("blocked on: edge/node.go open(): the error for a checkpoint whose position the log no longer holds " +
-				"names neither the ingest log directory nor state.db")
+		if !strings.Contains(err.Error(), filepath.Join(data, "log")) || !strings.Contains(err.Error(), "state.db") {
+			t.Errorf("the refusal names neither the ingest log directory nor state.db: %v", err)
 		}
 	})
 }
@@ -410,7 +407,11 @@ func killedNode(t *testing.T) *killed {
 			pub.MustPublish("f/"+r.dev, fmt.Appendf(nil, `{"dev":%q,"seq":%d,"ts":%d,"v":%d}`, r.dev, r.seq, r.ts, r.v), 1)
 		}
 	}
-	for phase := range 2 {
+	// Phase 0 takes 100 readings and stops (a checkpoint at 100); phase 1
+	// starts and stops again (a second checkpoint at 100, after which the
+	// segments below the first one's position go); phase 2 takes 200 and
+	// more and is killed.
+	for phase := range 3 {
 		addr := freeAddr(t)
 		cmd := exec.Command(bin, "run", "--pipeline", specPath, "--data-dir", k.dir, "--broker-url", k.mosq.Addr(),
 			"--edge-id", "dmg", "--checkpoint-interval", "1h", "--http-addr", addr,
@@ -440,22 +441,22 @@ func killedNode(t *testing.T) *killed {
 			}
 		}
 		waitFor("ready", func() bool { return strings.Contains(stderr.String(), "edge: ready") })
-		for sent := 0; ; {
+		for sent := 0; phase != 1; {
 			burst()
 			sent += 10
 			waitFor("readings in", func() bool { return metricValue(addr, "runnel_edge_records_in_total") == strconv.Itoa(sent) })
-			if phase == 0 && sent == 100 || phase == 1 && sent >= 200 && lastSegmentFrames(t, filepath.Join(k.dir, "log")) >= 3 {
+			if phase == 0 && sent == 100 || phase == 2 && sent >= 200 && lastSegmentFrames(t, filepath.Join(k.dir, "log")) >= 3 {
 				break
 			}
 		}
 		sig := syscall.SIGTERM
-		if phase == 1 {
+		if phase == 2 {
 			sig = syscall.SIGKILL
 		}
 		if err := cmd.Process.Signal(sig); err != nil {
 			t.Fatal(err)
 		}
-		if err := cmd.Wait(); phase == 0 && err != nil {
+		if err := cmd.Wait(); phase < 2 && err != nil {
 			t.Fatalf("runnel-edge: %v\n%s", err, stderr.String())
 		}
 		stopped = true

@@ -32,8 +32,8 @@ type status struct {
 	capDropped      atomic.Uint64 // messages dropped at the cap (drop_raw)
 	published       atomic.Uint64 // results published to mqtt outputs
 	publishErrs     atomic.Uint64
-	capDropWarned   atomic.Int64  // when the last drop warning was logged (Unix ns)
-	outboxBytes     atomic.Int64  // bytes committed to the outbox
+	capDropWarned   atomic.Int64 // when the last drop warning was logged (Unix ns)
+	outboxBytes     atomic.Int64 // bytes committed to the outbox
 	src             atomic.Pointer[mqtt.Source]
 	uplink          atomic.Pointer[uplink.Uplink]
 }

@@ -92,7 +92,7 @@ type node struct {
 	epochReqs        chan epochReq
 	uplinkAck        atomic.Uint64
 	published        atomic.Uint64 // the MQTT outputs' cursor (publish.go)
-	deletedTo        uint64 // writer only: outbox entries below are deleted
+	deletedTo        uint64        // writer only: outbox entries below are deleted
 	pendingDeletedTo uint64
 }
 
@@ -223,10 +223,17 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		lg.Warn("ingest log: cut a torn tail", "segment", rec.TruncatedSegment, "offset", rec.TruncatedOffset,
 			"bytes", rec.TruncatedBytes, "records", rec.TruncatedRecords, "reason", rec.TruncatedReason)
 	}
-	if n.last.Pos < l.First() {
+	// The checkpoint in state.db and the log must agree: replay starts at
+	// the checkpoint's position. A log that starts after it lost records
+	// the checkpoint does not cover; one that ends before it lost records
+	// the checkpoint does cover, and new messages would take their
+	// positions and be skipped on the next start. Either way the two files
+	// do not belong together (a restored or damaged one): refuse.
+	if n.last.Pos < l.First() || n.last.Pos > rec.End {
 		l.Close(ctx)
 		st.Close()
-		return nil, fmt.Errorf("edge: checkpoint %d needs ingest log position %d, the log starts at %d", n.last.ID, n.last.Pos, l.First())
+		return nil, fmt.Errorf("edge: %s (checkpoint %d) needs ingest log position %d, but %s holds positions %d to %d: the files do not belong together",
+			filepath.Join(cfg.DataDir, "state.db"), n.last.ID, n.last.Pos, filepath.Join(cfg.DataDir, "log"), l.First(), rec.End)
 	}
 	for _, p := range cfg.Pipelines {
 		outs, err := openOutputs(p)

@@ -135,6 +135,7 @@ func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) (*Runtime,
 			return nil, err
 		}
 	}
+	r.publishStats()
 	for _, w := range r.workers {
 		eg.Go(func() error { return w.run(ctx) })
 	}
@@ -218,8 +219,9 @@ func (r *Runtime) Tick(now time.Time) error {
 	return r.Flush()
 }
 
-// Watermark returns the current watermark.
-func (r *Runtime) Watermark() int64 { return r.wms.Current() }
+// Watermark returns the watermark as of the last batch sent to the
+// workers; safe to call from any goroutine.
+func (r *Runtime) Watermark() int64 { return r.live.wm.Load() }
 
 // Close stops the Runtime and waits for its goroutines. Every record
 // ingested so far, and every barrier, goes through the workers and reaches
@@ -278,6 +280,7 @@ func (r *Runtime) Close(endOfInput bool) (Stats, error) {
 // (metrics): the ingesting goroutine and each worker publish theirs after
 // every batch.
 type liveStats struct {
+	wm                        atomic.Int64
 	in, dead, filtered, dupes atomic.Uint64
 	workers                   []workerStats
 }
@@ -297,6 +300,7 @@ func (r *Runtime) Stats() Stats {
 }
 
 func (r *Runtime) publishStats() {
+	r.live.wm.Store(r.wms.Current())
 	r.live.in.Store(r.stats.In)
 	r.live.dead.Store(r.stats.Dead)
 	r.live.filtered.Store(r.stats.Filtered)
