@@ -16,7 +16,7 @@ func BenchmarkLoad(b *testing.B) {
 		environ []string
 	}{
 		{name: "config=empty"},
-		{name: "config=example", data: exampleYAML(),
+		{name: "config=example", data: table.ExampleYAML(),
 			args:    []string{"--edge-id", "gw-001", "--log-level=debug"},
 			environ: []string{"HOME=/root", "RUNNEL_DEDUP_WINDOW=5m"}},
 		{name: "config=invalid", data: docsBadFile, args: []string{"--broker-receive-maximum", "100000", "--nope"},

@@ -4,10 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/runnel-io/runnel/operators/spec"
+	"github.com/runnel-io/runnel/internal/settings"
 )
 
 // ErrInvalid is matched (errors.Is) by every error Load and Validate return
@@ -216,7 +215,7 @@ const (
 // "runnel-" + EdgeID. If the hostname cannot be read EdgeID is empty, and
 // Validate says so.
 func Default() *Config {
-	c := defaults()
+	c := table.Defaults()
 	host, _ := os.Hostname()
 	c.fillDerived(host)
 	return c
@@ -240,36 +239,13 @@ func (c *Config) fillDerived(hostname string) {
 // config. Problems name the setting by its YAML path; use Load to have
 // them name the file line, variable or flag instead.
 func (c *Config) Validate() error {
-	v := validator{c: c, probs: &problems{}, bad: map[string]bool{}}
-	for _, st := range settings {
-		if err := st.val.check(c); err != nil {
-			v.add(st.path, "%v", err)
-			v.bad[st.path] = true
-		}
-	}
-	v.crossChecks()
-	return v.probs.err()
+	ch := table.Validate(c)
+	crossChecks(ch, c)
+	return ch.Err()
 }
 
-// Error is a refused configuration: every problem found, one per line.
-type Error struct {
-	// Problems in the order a user fixes them: the config file's by
-	// position, then environment variables, then flags, then the problems
-	// that belong to no source (a Config built in code, a bad hostname).
-	Problems spec.Problems
-}
-
-// Error lists the problems one per line, in order.
-func (e *Error) Error() string {
-	var b strings.Builder
-	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(p.Error())
-	}
-	return b.String()
-}
-
-// Unwrap makes an *Error match ErrInvalid.
-func (e *Error) Unwrap() error { return ErrInvalid }
+// Error is a refused configuration: every problem found, one per line, in
+// the order a user fixes them: the config file's by position, then
+// environment variables, then flags, then the problems that belong to no
+// source (a Config built in code, a bad hostname). It matches ErrInvalid.
+type Error = settings.Error

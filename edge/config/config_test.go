@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/runnel-io/runnel/operators/spec"
+
+	"github.com/runnel-io/runnel/internal/settings"
 )
 
 // wantDefaults is the whole Config an empty config gives, written out by
@@ -123,7 +125,7 @@ func TestPrecedence(t *testing.T) {
 		{"http.addr", vals{"0.0.0.0:9000", "", ":9100"}, func(c *Config) any { return c.HTTP.Addr }, vals{"0.0.0.0:9000", "", ":9100"}},
 		{"broker.url", vals{"mqtt://f:1883", "tcp://e:1883", ""}, func(c *Config) any { return c.Broker.URL }, vals{"mqtt://f:1883", "tcp://e:1883", ""}},
 	} {
-		st := byPath[tc.path]
+		st := table.Lookup(tc.path)
 		// TLS settings need an mqtts:// broker; give it in every run.
 		base := []string{}
 		if strings.HasPrefix(tc.path, "broker.tls.") {
@@ -142,16 +144,16 @@ func TestPrecedence(t *testing.T) {
 				args := slices.Clone(base)
 				want := fmt.Sprint(tc.get(def))
 				if file {
-					path, data = "edge.yaml", nested(tc.path, tc.in.file)+"\n"
+					path, data = "edge.yaml", settings.Nested(tc.path, tc.in.file)+"\n"
 					want = tc.want.file
 				}
 				if env {
-					environ = append(environ, st.env+"="+tc.in.env)
+					environ = append(environ, st.Env+"="+tc.in.env)
 					want = tc.want.env
 				}
 				if flg {
 					for _, v := range strings.Split(tc.in.flag, ",") {
-						args = append(args, "--"+st.flag+"="+v) // = for bool flags
+						args = append(args, "--"+st.Flag+"="+v) // = for bool flags
 					}
 					want = tc.want.flag
 				}
@@ -210,7 +212,7 @@ func TestConfigFileSource(t *testing.T) {
 		{"directory", dir, nil, nil, dir + ": cannot read the config file: is a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := load(tc.path, tc.args, tc.environ, func() (string, error) { return "gw-test", nil }, readConfigFile)
+			cfg, err := load(tc.path, tc.args, tc.environ, func() (string, error) { return "gw-test", nil }, settings.ReadFile)
 			got := ""
 			if err != nil {
 				got = err.Error()
@@ -326,7 +328,7 @@ func TestHostname(t *testing.T) {
 		{host: strings.Repeat("h", 65), want: "edge_id: not set, and the hostname cannot be used: 65 characters long; at most 64 are allowed; set edge_id"},
 		{err: errors.New("uname failed"), want: "edge_id: not set, and the hostname is unknown (uname failed); set edge_id"},
 	} {
-		c, err := load("", nil, nil, func() (string, error) { return tc.host, tc.err }, readConfigFile)
+		c, err := load("", nil, nil, func() (string, error) { return tc.host, tc.err }, settings.ReadFile)
 		got := ""
 		if err != nil {
 			got = err.Error()
@@ -337,7 +339,7 @@ func TestHostname(t *testing.T) {
 			t.Errorf("host %q: got  %s\nwant %s", tc.host, got, tc.want)
 		}
 		// An edge id from any source makes the hostname irrelevant.
-		if _, err := load("", []string{"--edge-id=gw-1"}, nil, func() (string, error) { return tc.host, tc.err }, readConfigFile); err != nil {
+		if _, err := load("", []string{"--edge-id=gw-1"}, nil, func() (string, error) { return tc.host, tc.err }, settings.ReadFile); err != nil {
 			t.Errorf("host %q with --edge-id: %v", tc.host, err)
 		}
 	}
@@ -442,42 +444,42 @@ func TestValidate(t *testing.T) {
 // defaults valid, and every Config field filled by exactly one setting.
 func TestSettingsTable(t *testing.T) {
 	seen := map[string]string{}
-	for _, st := range settings {
-		for _, name := range []string{"yaml " + st.path, "flag " + st.flag, "env " + st.env} {
+	for _, st := range table.Settings {
+		for _, name := range []string{"yaml " + st.Path, "flag " + st.Flag, "env " + st.Env} {
 			if prev, dup := seen[name]; dup {
-				t.Errorf("%s used by %s and %s", name, prev, st.path)
+				t.Errorf("%s used by %s and %s", name, prev, st.Path)
 			}
-			seen[name] = st.path
+			seen[name] = st.Path
 		}
 		// Flags are the path in kebab case, variables the flag in upper
 		// snake case, but for the two names the brief gave otherwise.
-		wantFlag := strings.NewReplacer(".", "-", "_", "-").Replace(st.path)
-		wantEnv := "RUNNEL_" + strings.ToUpper(strings.ReplaceAll(st.flag, "-", "_"))
-		switch st.path {
+		wantFlag := strings.NewReplacer(".", "-", "_", "-").Replace(st.Path)
+		wantEnv := "RUNNEL_" + strings.ToUpper(strings.ReplaceAll(st.Flag, "-", "_"))
+		switch st.Path {
 		case "broker.embedded_addr":
 			wantFlag = "embedded-broker-addr"
 		case "pipelines":
 			wantFlag, wantEnv = "pipeline", "RUNNEL_PIPELINES"
 		}
-		if st.flag != wantFlag || st.env != wantEnv {
-			t.Errorf("%s: flag %q env %q, want %q %q", st.path, st.flag, st.env, wantFlag, wantEnv)
+		if st.Flag != wantFlag || st.Env != wantEnv {
+			t.Errorf("%s: flag %q env %q, want %q %q", st.Path, st.Flag, st.Env, wantFlag, wantEnv)
 		}
-		if st.doc == "" || !strings.HasSuffix(st.doc, ".") {
-			t.Errorf("%s: doc %q should be a sentence", st.path, st.doc)
+		if st.Doc == "" || !strings.HasSuffix(st.Doc, ".") {
+			t.Errorf("%s: doc %q should be a sentence", st.Path, st.Doc)
 		}
-		if st.def == "" && st.example == "" {
-			t.Errorf("%s: no default and no example for the docs", st.path)
+		if st.Default == "" && st.Example == "" {
+			t.Errorf("%s: no default and no example for the docs", st.Path)
 		}
-		if st.def != "" {
-			v, err := st.val.parse(st.def)
+		if st.Default != "" {
+			v, err := st.Value.Parse(st.Default)
 			if err != nil {
-				t.Errorf("%s: default %q: %v", st.path, st.def, err)
+				t.Errorf("%s: default %q: %v", st.Path, st.Default, err)
 				continue
 			}
 			var c Config
-			st.val.set(&c, v)
-			if err := st.val.check(&c); err != nil {
-				t.Errorf("%s: default %q fails its own check: %v", st.path, st.def, err)
+			st.Value.Set(&c, v)
+			if err := st.Value.Check(&c); err != nil {
+				t.Errorf("%s: default %q fails its own check: %v", st.Path, st.Default, err)
 			}
 		}
 	}
@@ -485,9 +487,9 @@ func TestSettingsTable(t *testing.T) {
 	// Set each setting alone on a zero Config and see which field changes.
 	leaves := leafFields(reflect.TypeFor[Config](), "")
 	owner := map[string]string{}
-	for _, st := range settings {
+	for _, st := range table.Settings {
 		var c Config
-		st.val.set(&c, sample(st))
+		st.Value.Set(&c, sample(st))
 		var changed []string
 		for _, leaf := range leaves {
 			if !fieldByPath(reflect.ValueOf(&c).Elem(), leaf).IsZero() {
@@ -495,13 +497,13 @@ func TestSettingsTable(t *testing.T) {
 			}
 		}
 		if len(changed) != 1 {
-			t.Errorf("%s sets fields %q, want exactly one", st.path, changed)
+			t.Errorf("%s sets fields %q, want exactly one", st.Path, changed)
 			continue
 		}
 		if prev, dup := owner[changed[0]]; dup {
-			t.Errorf("field %s is set by %s and %s", changed[0], prev, st.path)
+			t.Errorf("field %s is set by %s and %s", changed[0], prev, st.Path)
 		}
-		owner[changed[0]] = st.path
+		owner[changed[0]] = st.Path
 	}
 	for _, leaf := range leaves {
 		if owner[leaf] == "" {
@@ -511,12 +513,12 @@ func TestSettingsTable(t *testing.T) {
 	// A section's settings must be together, or the example config (and a
 	// user who copies the table's order) would repeat a key.
 	lastRow := map[string]int{}
-	for i, st := range settings {
-		parts := strings.Split(st.path, ".")
+	for i, st := range table.Settings {
+		parts := strings.Split(st.Path, ".")
 		for j := 1; j < len(parts); j++ {
 			sec := strings.Join(parts[:j], ".")
 			if last, ok := lastRow[sec]; ok && last != i-1 {
-				t.Errorf("section %s is split in the table at %s", sec, st.path)
+				t.Errorf("section %s is split in the table at %s", sec, st.Path)
 			}
 			lastRow[sec] = i
 		}
@@ -524,25 +526,25 @@ func TestSettingsTable(t *testing.T) {
 }
 
 // sample parses a non-zero value of st's type.
-func sample(st *setting) any {
-	text := map[string]string{"duration": "7s", "bytes": "7KiB", "int": "7", "bool": "true", "string": "x", "path": "x"}[st.val.typ()]
-	switch st.val.typ() {
+func sample(st *settings.Setting[Config]) any {
+	text := map[string]string{"duration": "7s", "bytes": "7KiB", "int": "7", "bool": "true", "string": "x", "path": "x"}[string(st.Value.Kind())]
+	switch string(st.Value.Kind()) {
 	case "enum":
-		text = st.val.choices()[0]
+		text = st.Value.Choices()[0]
 	case "paths":
 		return []any{"x"}
 	}
 	// Some settings refuse the generic sample; their example or default
 	// is non-empty and valid.
-	for _, text := range []string{text, st.example, st.def} {
+	for _, text := range []string{text, st.Example, st.Default} {
 		if text == "" {
 			continue
 		}
-		if v, err := st.val.parse(text); err == nil {
+		if v, err := st.Value.Parse(text); err == nil {
 			return v
 		}
 	}
-	panic(st.path + ": no sample value")
+	panic(st.Path + ": no sample value")
 }
 
 func leafFields(t reflect.Type, prefix string) []string {
@@ -563,46 +565,6 @@ func fieldByPath(v reflect.Value, path string) reflect.Value {
 		v = v.FieldByName(name)
 	}
 	return v
-}
-
-func TestParseBytes(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-		err  string
-	}{
-		{"0", 0, ""},
-		{"4096", 4096, ""},
-		{"64MiB", 64 << 20, ""},
-		{"1GiB", 1 << 30, ""},
-		{"1.5GiB", 3 << 29, ""},
-		{"2TB", 2e12, ""},
-		{"10 MB", 10e6, ""},
-		{"512B", 512, ""},
-		{" 1KiB ", 1024, ""},
-		{"1.5B", 0, `invalid size "1.5B": not a whole number of bytes`},
-		{"64mb", 0, `invalid size "64mb": unknown unit "mb" (did you mean MB? units are case-sensitive)`},
-		{"64M", 0, `invalid size "64M": unknown unit "M"; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB`},
-		{"-1", 0, `invalid size "-1": must not be negative`},
-		{"", 0, "empty; expected a size such as 64MiB"},
-		{"MiB", 0, `invalid size "MiB": expected a number such as 64MiB`},
-		{"1.2.3MiB", 0, `invalid size "1.2.3MiB": expected a number such as 64MiB`},
-		{"9999999TiB", 0, `invalid size "9999999TiB": too large`},
-	} {
-		got, err := parseBytes(tc.in)
-		gotErr := ""
-		if err != nil {
-			gotErr = err.Error()
-		}
-		if got != tc.want || gotErr != tc.err {
-			t.Errorf("parseBytes(%q) = %d, %q; want %d, %q", tc.in, got, gotErr, tc.want, tc.err)
-		}
-	}
-	for n, want := range map[int64]string{0: "0B", 1: "1B", 1024: "1KiB", 1536: "1536B", 64 << 20: "64MiB", 3 << 30: "3GiB", 1 << 40: "1TiB", 1e9: "1000000000B"} {
-		if got := showBytes(n); got != want {
-			t.Errorf("showBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
 }
 
 func TestBrokerURL(t *testing.T) {
@@ -687,21 +649,6 @@ func TestArguments(t *testing.T) {
 	}
 }
 
-func TestTooManyProblems(t *testing.T) {
-	var b strings.Builder
-	for i := range 150 {
-		fmt.Fprintf(&b, "unknown_%d: x\n", i)
-	}
-	_, err := loadData("edge.yaml", b.String(), nil, nil)
-	var e *Error
-	if !errors.As(err, &e) || len(e.Problems) != maxProblems+1 {
-		t.Fatalf("%d problems: %v", len(e.Problems), err)
-	}
-	if last := e.Problems[maxProblems].Error(); last != "50 more problems not shown" {
-		t.Errorf("last problem %q", last)
-	}
-}
-
 // TestTLSFiles checks the TLS files with real PEM: a good CA and key pair
 // load; a key that is not the certificate's is refused.
 func TestTLSFiles(t *testing.T) {
@@ -758,7 +705,7 @@ func writeCert(t *testing.T, dir, name string) (ca, cert, key string) {
 // TestBadEdgeIDHidesHostname: an edge id that is given but wrong is one
 // problem; the hostname is not consulted in its place.
 func TestBadEdgeIDHidesHostname(t *testing.T) {
-	_, err := load("", []string{"--edge-id=a b"}, nil, func() (string, error) { return "bad host", nil }, readConfigFile)
+	_, err := load("", []string{"--edge-id=a b"}, nil, func() (string, error) { return "bad host", nil }, settings.ReadFile)
 	if want := `flag --edge-id: "a b" contains ' '; use letters, digits, '.', '_' and '-'`; err == nil || err.Error() != want {
 		t.Errorf("got  %v\nwant %s", err, want)
 	}

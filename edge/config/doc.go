@@ -9,9 +9,12 @@
 // setting: its YAML path, flag, environment variable, type, default and
 // doc line, and the Config field it fills. YAML decoding, flag
 // registration, environment lookup, defaults, Usage (--help) and
-// docs/edge-config.md are all derived from it; TestDocsUpToDate fails when
-// the docs are stale (go test ./edge/config -run TestDocsUpToDate -update
-// rewrites them).
+// docs/edge-config.md are all derived from it by internal/settings, which
+// hub/config shares; TestDocsUpToDate fails when the docs are stale
+// (go test ./edge/config -run TestDocsUpToDate -update rewrites them).
+// This package keeps what is the edge's: Config, the rows, the per-value
+// rules (edge id, broker URL, MQTT intervals), the rules across settings
+// (validate.go), the hostname default and the text of --help and docs.
 //
 // Load reads the three sources, each into per-setting values with the
 // origin of each (file:line:col, variable, flag), and merges them in order

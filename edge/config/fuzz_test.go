@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/runnel-io/runnel/internal/settings"
 )
 
 // FuzzLoad: Load never panics on any config file, and returns either a
 // Config that passes Validate or an *Error matching ErrInvalid.
 func FuzzLoad(f *testing.F) {
-	f.Add([]byte(exampleYAML()))
+	f.Add([]byte(table.ExampleYAML()))
 	f.Add([]byte(docsBadFile))
 	files, _ := filepath.Glob("testdata/bad/*.yaml")
 	for _, name := range files {
@@ -40,7 +42,7 @@ func FuzzLoadSources(f *testing.F) {
 	f.Add("broker.tls.cert_file", "x", "RUNNEL_BROKER_URL", "mqtts://u:p@h", "--broker-tls-insecure-skip-verify", "")
 	f.Add("log", "x", "RUNNEL_CONFIG", "", "---x", "--")
 	f.Fuzz(func(t *testing.T, path, fileVal, env, envVal, flagName, flagVal string) {
-		data := nested(path, "'"+strings.ReplaceAll(fileVal, "'", "''")+"'") + "\n"
+		data := settings.Nested(path, "'"+strings.ReplaceAll(fileVal, "'", "''")+"'") + "\n"
 		args := []string{flagName + "=" + flagVal, flagName, flagVal}
 		c, err := load("fuzz.yaml", args, []string{env + "=" + envVal}, func() (string, error) { return "gw-fuzz", nil },
 			func(string) ([]byte, error) { return []byte(data), nil })
@@ -85,25 +87,4 @@ func checkResult(t *testing.T, c *Config, err error) {
 	if c.EdgeID == "" || c.Broker.ClientID == "" {
 		t.Fatalf("derived defaults missing: %+v", c)
 	}
-}
-
-// FuzzParseBytes: what parses is non-negative and reads back the same
-// after showBytes.
-func FuzzParseBytes(f *testing.F) {
-	for _, s := range []string{"0", "64MiB", "1.5GB", "1KiB", "9223372036854775807", "1e3", "-1", "1.0000000001KiB"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		n, err := parseBytes(s)
-		if err != nil {
-			return
-		}
-		if n < 0 {
-			t.Fatalf("parseBytes(%q) = %d", s, n)
-		}
-		back, err := parseBytes(showBytes(n))
-		if err != nil || back != n {
-			t.Fatalf("parseBytes(%q) = %d; showBytes %q reads back as %d, %v", s, n, showBytes(n), back, err)
-		}
-	})
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/runnel-io/runnel/internal/settings"
 )
 
 // TestBadConfigs is datadriven: every testdata/bad/NAME.yaml is a config
@@ -23,7 +25,7 @@ func TestBadConfigs(t *testing.T) {
 		base := strings.TrimSuffix(f, ".yaml")
 		t.Run(filepath.Base(base), func(t *testing.T) {
 			args, environ := readLines(t, base+".args"), readLines(t, base+".env")
-			c, err := load(f, args, environ, func() (string, error) { return "gw-test", nil }, readConfigFile)
+			c, err := load(f, args, environ, func() (string, error) { return "gw-test", nil }, settings.ReadFile)
 			if err == nil {
 				t.Fatalf("Load accepted a bad config: %+v", c)
 			}

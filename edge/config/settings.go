@@ -4,216 +4,166 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/url"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/runnel-io/runnel/internal/settings"
 )
 
-// setting is one row of the table every source of configuration is derived
-// from: YAML decoding, environment lookup, flag registration, defaults,
-// --help and docs/edge-config.md. Adding a setting is adding a row (and the
-// Config field); TestSettingsTable checks that every field has exactly one.
-type setting struct {
-	path    string // YAML path, dotted: "checkpoint.interval"
-	flag    string // flag name without dashes
-	env     string // environment variable
-	def     string // default, in the syntax a user writes; "" for none
-	defDoc  string // how a default computed at load time is described
-	example string // a value for the docs' example config, when def is ""
-	doc     string // what it does, and what a user must know; one or two sentences
-	secret  bool   // never echoed in messages
-	val     value
-}
+// table is the single source of truth every source of configuration is
+// derived from: YAML decoding, environment lookup, flag registration,
+// defaults, --help and docs/edge-config.md. Adding a setting is adding a
+// row (and the Config field); TestSettingsTable checks that every field
+// has exactly one. Rows are in the order of the docs and of a config file.
+var table = settings.New(settings.Table[Config]{
+	Program:   "runnel-edge",
+	File:      "edge.yaml",
+	EnvPrefix: "RUNNEL_",
+	ConfigEnv: "RUNNEL_CONFIG",
+	Invalid:   ErrInvalid,
+	Settings: []*settings.Setting[Config]{
+		{Path: "edge_id", Flag: "edge-id", Env: "RUNNEL_EDGE_ID", DefaultDoc: "the hostname", Example: "gw-001",
+			Doc:   "Names this gateway to the hub: 1 to 64 letters, digits, '.', '_' or '-'. Set it when gateways share a hostname (cloned images); the hub cannot tell such edges apart.",
+			Value: settings.String(func(c *Config) *string { return &c.EdgeID }, checkEdgeID)},
+		{Path: "data_dir", Flag: "data-dir", Env: "RUNNEL_DATA_DIR", Default: "./runnel-data",
+			Doc:   "Directory of the state, checkpoints, ingest log and outbox; created if missing. Keep it on the same disk across restarts: it is what makes a restart resume.",
+			Value: settings.Path(func(c *Config) *string { return &c.DataDir }, settings.NonEmpty)},
+		{Path: "pipelines", Flag: "pipeline", Env: "RUNNEL_PIPELINES", DefaultDoc: "the built-in demo pipeline", Example: "[pipelines/*.yaml]",
+			Doc:   "Pipeline spec files, or globs such as pipelines/*.yaml. The flag can be repeated; the variable is comma-separated.",
+			Value: settings.Paths(func(c *Config) *[]string { return &c.Pipelines }, settings.PathOrGlob)},
 
-// settings is the table, in the order of the docs and of a config file.
-var settings = []*setting{
-	{path: "edge_id", flag: "edge-id", env: "RUNNEL_EDGE_ID", defDoc: "the hostname", example: "gw-001",
-		doc: "Names this gateway to the hub: 1 to 64 letters, digits, '.', '_' or '-'. Set it when gateways share a hostname (cloned images); the hub cannot tell such edges apart.",
-		val: strVal(func(c *Config) *string { return &c.EdgeID }, checkEdgeID)},
-	{path: "data_dir", flag: "data-dir", env: "RUNNEL_DATA_DIR", def: "./runnel-data",
-		doc: "Directory of the state, checkpoints, ingest log and outbox; created if missing. Keep it on the same disk across restarts: it is what makes a restart resume.",
-		val: pathVal(func(c *Config) *string { return &c.DataDir }, nonEmpty)},
-	{path: "pipelines", flag: "pipeline", env: "RUNNEL_PIPELINES", defDoc: "the built-in demo pipeline", example: "[pipelines/*.yaml]",
-		doc: "Pipeline spec files, or globs such as pipelines/*.yaml. The flag can be repeated; the variable is comma-separated.",
-		val: pathsVal(func(c *Config) *[]string { return &c.Pipelines }, checkPipeline)},
+		{Path: "shutdown_timeout", Flag: "shutdown-timeout", Env: "RUNNEL_SHUTDOWN_TIMEOUT", Default: "10s",
+			Doc:   "How long a stop (SIGTERM) may take to checkpoint and drain before the edge exits anyway; the next start replays from the last checkpoint.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, settings.Positive)},
 
-	{path: "shutdown_timeout", flag: "shutdown-timeout", env: "RUNNEL_SHUTDOWN_TIMEOUT", def: "10s",
-		doc: "How long a stop (SIGTERM) may take to checkpoint and drain before the edge exits anyway; the next start replays from the last checkpoint.",
-		val: durVal(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, positive)},
+		{Path: "broker.url", Flag: "broker-url", Env: "RUNNEL_BROKER_URL", Example: "mqtts://broker.example.com:8883",
+			Doc:   "MQTT broker to read from: mqtt://host:port or tcp://host:port (plain), mqtts://host:port (TLS). Empty: start the embedded broker on broker.embedded_addr.",
+			Value: settings.String(func(c *Config) *string { return &c.Broker.URL }, checkBrokerURL)},
+		{Path: "broker.protocol", Flag: "broker-protocol", Env: "RUNNEL_BROKER_PROTOCOL", Default: "5",
+			Doc:   "MQTT version spoken to the broker: 5, or 3.1.1 for brokers or policies that allow nothing newer. 3.1.1 lacks Receive Maximum, so back-pressure is the broker's own in-flight limit (Mosquitto: max_inflight_messages; keep it at most 1024) and then TCP; it lacks session expiry, so the broker's policy (Mosquitto: persistent_client_expiration) decides how long it keeps the session; and it lacks user properties, so mqtt outputs publish without their result_id.",
+			Value: settings.Enum(func(c *Config) *Protocol { return &c.Broker.Protocol }, ProtocolV5, ProtocolV311)},
+		{Path: "broker.embedded_addr", Flag: "embedded-broker-addr", Env: "RUNNEL_EMBEDDED_BROKER_ADDR", Default: "127.0.0.1:1883",
+			Doc:   "Where the embedded broker listens when broker.url is empty. Binding beyond loopback lets other hosts publish without authentication.",
+			Value: settings.String(func(c *Config) *string { return &c.Broker.EmbeddedAddr }, checkAddr)},
+		{Path: "broker.client_id", Flag: "broker-client-id", Env: "RUNNEL_BROKER_CLIENT_ID", DefaultDoc: `"runnel-" + edge_id`, Example: "runnel-gw-001",
+			Doc:   "MQTT client id; the broker keeps the persistent session under it, so changing it loses messages queued for the old one.",
+			Value: settings.String(func(c *Config) *string { return &c.Broker.ClientID }, checkClientID)},
+		{Path: "broker.username", Flag: "broker-username", Env: "RUNNEL_BROKER_USERNAME", Example: "gw-001",
+			Doc:   "MQTT user name.",
+			Value: settings.String(func(c *Config) *string { return &c.Broker.Username }, checkMQTTString)},
+		{Path: "broker.password", Flag: "broker-password", Env: "RUNNEL_BROKER_PASSWORD", Secret: true, Example: "\"...\"",
+			Doc:   "MQTT password. A flag is visible to every user of the host (ps); prefer the variable or broker.password_file.",
+			Value: settings.String(func(c *Config) *string { return &c.Broker.Password }, nil)},
+		{Path: "broker.password_file", Flag: "broker-password-file", Env: "RUNNEL_BROKER_PASSWORD_FILE", Example: "/etc/runnel/mqtt-password",
+			Doc:   "File holding the MQTT password (a final line break is dropped). Not together with broker.password.",
+			Value: settings.Path(func(c *Config) *string { return &c.Broker.PasswordFile }, nil)},
+		{Path: "broker.tls.ca_file", Flag: "broker-tls-ca-file", Env: "RUNNEL_BROKER_TLS_CA_FILE", Example: "/etc/runnel/ca.pem",
+			Doc:   "PEM certificates to verify the broker with (mqtts:// only). Empty: the system roots.",
+			Value: settings.Path(func(c *Config) *string { return &c.Broker.TLS.CAFile }, nil)},
+		{Path: "broker.tls.cert_file", Flag: "broker-tls-cert-file", Env: "RUNNEL_BROKER_TLS_CERT_FILE", Example: "/etc/runnel/client.pem",
+			Doc:   "PEM client certificate, for brokers that require one; needs broker.tls.key_file.",
+			Value: settings.Path(func(c *Config) *string { return &c.Broker.TLS.CertFile }, nil)},
+		{Path: "broker.tls.key_file", Flag: "broker-tls-key-file", Env: "RUNNEL_BROKER_TLS_KEY_FILE", Example: "/etc/runnel/client-key.pem",
+			Doc:   "PEM private key of broker.tls.cert_file.",
+			Value: settings.Path(func(c *Config) *string { return &c.Broker.TLS.KeyFile }, nil)},
+		{Path: "broker.tls.insecure_skip_verify", Flag: "broker-tls-insecure-skip-verify", Env: "RUNNEL_BROKER_TLS_INSECURE_SKIP_VERIFY", Default: "false",
+			Doc:   "Do not verify the broker's certificate. For tests only: anyone on the path can read and inject readings.",
+			Value: settings.Bool(func(c *Config) *bool { return &c.Broker.TLS.InsecureSkipVerify })},
+		{Path: "broker.tls.server_name", Flag: "broker-tls-server-name", Env: "RUNNEL_BROKER_TLS_SERVER_NAME", Example: "broker.internal",
+			Doc:   "Name to verify the broker's certificate against, when it differs from the host in broker.url.",
+			Value: settings.String(func(c *Config) *string { return &c.Broker.TLS.ServerName }, nil)},
+		{Path: "broker.receive_maximum", Flag: "broker-receive-maximum", Env: "RUNNEL_BROKER_RECEIVE_MAXIMUM", Default: "64",
+			Doc:   "How many QoS 1 messages the broker may send before the edge acknowledges them (1 to 65535): the bound that turns a slow pipeline into back-pressure on the broker. MQTT v5 only: not allowed with broker.protocol 3.1.1.",
+			Value: settings.Int(func(c *Config) *int { return &c.Broker.ReceiveMaximum }, 1, math.MaxUint16)},
+		{Path: "broker.session_expiry", Flag: "broker-session-expiry", Env: "RUNNEL_BROKER_SESSION_EXPIRY", Default: "24h",
+			Doc:   "How long the broker keeps the session, and queues messages, while the edge is away. Whole seconds. MQTT v5 only: not allowed with broker.protocol 3.1.1, where the broker's own setting decides.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Broker.SessionExpiry }, mqttSeconds(math.MaxUint32))},
+		{Path: "broker.keep_alive", Flag: "broker-keep-alive", Env: "RUNNEL_BROKER_KEEP_ALIVE", Default: "30s",
+			Doc:   "MQTT keep-alive: the longest silence on the connection before a ping. Whole seconds, 1s to 65535s.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Broker.KeepAlive }, mqttSeconds(math.MaxUint16))},
+		{Path: "broker.reconnect.min", Flag: "broker-reconnect-min", Env: "RUNNEL_BROKER_RECONNECT_MIN", Default: "250ms",
+			Doc:   "First wait before reconnecting to the broker; each failure doubles it, with jitter.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Broker.Reconnect.Min }, settings.Between(time.Millisecond, 24*time.Hour))},
+		{Path: "broker.reconnect.max", Flag: "broker-reconnect-max", Env: "RUNNEL_BROKER_RECONNECT_MAX", Default: "30s",
+			Doc:   "Longest wait between reconnection attempts; at least broker.reconnect.min.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Broker.Reconnect.Max }, settings.Between(time.Millisecond, 24*time.Hour))},
 
-	{path: "broker.url", flag: "broker-url", env: "RUNNEL_BROKER_URL", example: "mqtts://broker.example.com:8883",
-		doc: "MQTT broker to read from: mqtt://host:port or tcp://host:port (plain), mqtts://host:port (TLS). Empty: start the embedded broker on broker.embedded_addr.",
-		val: strVal(func(c *Config) *string { return &c.Broker.URL }, checkBrokerURL)},
-	{path: "broker.protocol", flag: "broker-protocol", env: "RUNNEL_BROKER_PROTOCOL", def: "5",
-		doc: "MQTT version spoken to the broker: 5, or 3.1.1 for brokers or policies that allow nothing newer. 3.1.1 lacks Receive Maximum, so back-pressure is the broker's own in-flight limit (Mosquitto: max_inflight_messages; keep it at most 1024) and then TCP; it lacks session expiry, so the broker's policy (Mosquitto: persistent_client_expiration) decides how long it keeps the session; and it lacks user properties, so mqtt outputs publish without their result_id.",
-		val: enumVal(func(c *Config) *Protocol { return &c.Broker.Protocol }, ProtocolV5, ProtocolV311)},
-	{path: "broker.embedded_addr", flag: "embedded-broker-addr", env: "RUNNEL_EMBEDDED_BROKER_ADDR", def: "127.0.0.1:1883",
-		doc: "Where the embedded broker listens when broker.url is empty. Binding beyond loopback lets other hosts publish without authentication.",
-		val: strVal(func(c *Config) *string { return &c.Broker.EmbeddedAddr }, checkAddr)},
-	{path: "broker.client_id", flag: "broker-client-id", env: "RUNNEL_BROKER_CLIENT_ID", defDoc: `"runnel-" + edge_id`, example: "runnel-gw-001",
-		doc: "MQTT client id; the broker keeps the persistent session under it, so changing it loses messages queued for the old one.",
-		val: strVal(func(c *Config) *string { return &c.Broker.ClientID }, checkClientID)},
-	{path: "broker.username", flag: "broker-username", env: "RUNNEL_BROKER_USERNAME", example: "gw-001",
-		doc: "MQTT user name.",
-		val: strVal(func(c *Config) *string { return &c.Broker.Username }, checkMQTTString)},
-	{path: "broker.password", flag: "broker-password", env: "RUNNEL_BROKER_PASSWORD", secret: true, example: "\"...\"",
-		doc: "MQTT password. A flag is visible to every user of the host (ps); prefer the variable or broker.password_file.",
-		val: strVal(func(c *Config) *string { return &c.Broker.Password }, nil)},
-	{path: "broker.password_file", flag: "broker-password-file", env: "RUNNEL_BROKER_PASSWORD_FILE", example: "/etc/runnel/mqtt-password",
-		doc: "File holding the MQTT password (a final line break is dropped). Not together with broker.password.",
-		val: pathVal(func(c *Config) *string { return &c.Broker.PasswordFile }, nil)},
-	{path: "broker.tls.ca_file", flag: "broker-tls-ca-file", env: "RUNNEL_BROKER_TLS_CA_FILE", example: "/etc/runnel/ca.pem",
-		doc: "PEM certificates to verify the broker with (mqtts:// only). Empty: the system roots.",
-		val: pathVal(func(c *Config) *string { return &c.Broker.TLS.CAFile }, nil)},
-	{path: "broker.tls.cert_file", flag: "broker-tls-cert-file", env: "RUNNEL_BROKER_TLS_CERT_FILE", example: "/etc/runnel/client.pem",
-		doc: "PEM client certificate, for brokers that require one; needs broker.tls.key_file.",
-		val: pathVal(func(c *Config) *string { return &c.Broker.TLS.CertFile }, nil)},
-	{path: "broker.tls.key_file", flag: "broker-tls-key-file", env: "RUNNEL_BROKER_TLS_KEY_FILE", example: "/etc/runnel/client-key.pem",
-		doc: "PEM private key of broker.tls.cert_file.",
-		val: pathVal(func(c *Config) *string { return &c.Broker.TLS.KeyFile }, nil)},
-	{path: "broker.tls.insecure_skip_verify", flag: "broker-tls-insecure-skip-verify", env: "RUNNEL_BROKER_TLS_INSECURE_SKIP_VERIFY", def: "false",
-		doc: "Do not verify the broker's certificate. For tests only: anyone on the path can read and inject readings.",
-		val: boolVal(func(c *Config) *bool { return &c.Broker.TLS.InsecureSkipVerify })},
-	{path: "broker.tls.server_name", flag: "broker-tls-server-name", env: "RUNNEL_BROKER_TLS_SERVER_NAME", example: "broker.internal",
-		doc: "Name to verify the broker's certificate against, when it differs from the host in broker.url.",
-		val: strVal(func(c *Config) *string { return &c.Broker.TLS.ServerName }, nil)},
-	{path: "broker.receive_maximum", flag: "broker-receive-maximum", env: "RUNNEL_BROKER_RECEIVE_MAXIMUM", def: "64",
-		doc: "How many QoS 1 messages the broker may send before the edge acknowledges them (1 to 65535): the bound that turns a slow pipeline into back-pressure on the broker. MQTT v5 only: not allowed with broker.protocol 3.1.1.",
-		val: intVal(func(c *Config) *int { return &c.Broker.ReceiveMaximum }, 1, math.MaxUint16)},
-	{path: "broker.session_expiry", flag: "broker-session-expiry", env: "RUNNEL_BROKER_SESSION_EXPIRY", def: "24h",
-		doc: "How long the broker keeps the session, and queues messages, while the edge is away. Whole seconds. MQTT v5 only: not allowed with broker.protocol 3.1.1, where the broker's own setting decides.",
-		val: durVal(func(c *Config) *time.Duration { return &c.Broker.SessionExpiry }, mqttSeconds(math.MaxUint32))},
-	{path: "broker.keep_alive", flag: "broker-keep-alive", env: "RUNNEL_BROKER_KEEP_ALIVE", def: "30s",
-		doc: "MQTT keep-alive: the longest silence on the connection before a ping. Whole seconds, 1s to 65535s.",
-		val: durVal(func(c *Config) *time.Duration { return &c.Broker.KeepAlive }, mqttSeconds(math.MaxUint16))},
-	{path: "broker.reconnect.min", flag: "broker-reconnect-min", env: "RUNNEL_BROKER_RECONNECT_MIN", def: "250ms",
-		doc: "First wait before reconnecting to the broker; each failure doubles it, with jitter.",
-		val: durVal(func(c *Config) *time.Duration { return &c.Broker.Reconnect.Min }, between(time.Millisecond, 24*time.Hour))},
-	{path: "broker.reconnect.max", flag: "broker-reconnect-max", env: "RUNNEL_BROKER_RECONNECT_MAX", def: "30s",
-		doc: "Longest wait between reconnection attempts; at least broker.reconnect.min.",
-		val: durVal(func(c *Config) *time.Duration { return &c.Broker.Reconnect.Max }, between(time.Millisecond, 24*time.Hour))},
+		{Path: "checkpoint.interval", Flag: "checkpoint-interval", Env: "RUNNEL_CHECKPOINT_INTERVAL", Default: "1s",
+			Doc:   "Time between checkpoints. Results reach the outbox only at a checkpoint, and a crash replays the ingest log since the last one.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Checkpoint.Interval }, settings.Positive)},
 
-	{path: "checkpoint.interval", flag: "checkpoint-interval", env: "RUNNEL_CHECKPOINT_INTERVAL", def: "1s",
-		doc: "Time between checkpoints. Results reach the outbox only at a checkpoint, and a crash replays the ingest log since the last one.",
-		val: durVal(func(c *Config) *time.Duration { return &c.Checkpoint.Interval }, positive)},
+		{Path: "ingest_log.segment_size", Flag: "ingest-log-segment-size", Env: "RUNNEL_INGEST_LOG_SEGMENT_SIZE", Default: "64MiB",
+			Doc:   "Size at which the ingest log starts a new segment file. Space is freed a whole segment at a time, once a checkpoint covers it.",
+			Value: settings.Size(func(c *Config) *int64 { return &c.IngestLog.SegmentSize }, atLeast(minSegmentSize))},
+		{Path: "ingest_log.sync", Flag: "ingest-log-sync", Env: "RUNNEL_INGEST_LOG_SYNC", Default: "group",
+			Doc:   "When the ingest log fsyncs, which a message must pass before it is acknowledged: group (one fsync per batch or per sync_delay), always (per write), never (tests only: a power cut loses acknowledged messages).",
+			Value: settings.Enum(func(c *Config) *SyncMode { return &c.IngestLog.Sync }, SyncGroup, SyncAlways, SyncNever)},
+		{Path: "ingest_log.sync_delay", Flag: "ingest-log-sync-delay", Env: "RUNNEL_INGEST_LOG_SYNC_DELAY", Default: "2ms",
+			Doc:   "Under sync: group, the longest a message waits for others to share its fsync (1ms to 1s). It adds to the acknowledgement latency.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.IngestLog.SyncDelay }, settings.Between(time.Millisecond, time.Second))},
+		{Path: "ingest_log.compression", Flag: "ingest-log-compression", Env: "RUNNEL_INGEST_LOG_COMPRESSION", Default: "none",
+			Doc:   "Compression of ingest log blocks: none or zstd. zstd trades CPU for SD card wear and space; logs written either way stay readable.",
+			Value: settings.Enum(func(c *Config) *Compression { return &c.IngestLog.Compression }, CompressionNone, CompressionZstd)},
 
-	{path: "ingest_log.segment_size", flag: "ingest-log-segment-size", env: "RUNNEL_INGEST_LOG_SEGMENT_SIZE", def: "64MiB",
-		doc: "Size at which the ingest log starts a new segment file. Space is freed a whole segment at a time, once a checkpoint covers it.",
-		val: sizeVal(func(c *Config) *int64 { return &c.IngestLog.SegmentSize }, atLeast(minSegmentSize))},
-	{path: "ingest_log.sync", flag: "ingest-log-sync", env: "RUNNEL_INGEST_LOG_SYNC", def: "group",
-		doc: "When the ingest log fsyncs, which a message must pass before it is acknowledged: group (one fsync per batch or per sync_delay), always (per write), never (tests only: a power cut loses acknowledged messages).",
-		val: enumVal(func(c *Config) *SyncMode { return &c.IngestLog.Sync }, SyncGroup, SyncAlways, SyncNever)},
-	{path: "ingest_log.sync_delay", flag: "ingest-log-sync-delay", env: "RUNNEL_INGEST_LOG_SYNC_DELAY", def: "2ms",
-		doc: "Under sync: group, the longest a message waits for others to share its fsync (1ms to 1s). It adds to the acknowledgement latency.",
-		val: durVal(func(c *Config) *time.Duration { return &c.IngestLog.SyncDelay }, between(time.Millisecond, time.Second))},
-	{path: "ingest_log.compression", flag: "ingest-log-compression", env: "RUNNEL_INGEST_LOG_COMPRESSION", def: "none",
-		doc: "Compression of ingest log blocks: none or zstd. zstd trades CPU for SD card wear and space; logs written either way stay readable.",
-		val: enumVal(func(c *Config) *Compression { return &c.IngestLog.Compression }, CompressionNone, CompressionZstd)},
+		{Path: "disk_cap.bytes", Flag: "disk-cap-bytes", Env: "RUNNEL_DISK_CAP_BYTES", Default: "1GiB",
+			Doc:   "Most disk the ingest log and the outbox may use together; 0: no cap. At least two ingest log segments.",
+			Value: settings.Size(func(c *Config) *int64 { return &c.DiskCap.Bytes }, nil)},
+		{Path: "disk_cap.policy", Flag: "disk-cap-policy", Env: "RUNNEL_DISK_CAP_POLICY", Default: "block",
+			Doc:   "At the cap: block (stop acknowledging MQTT; the broker holds the data, up to its own limits) or drop_raw (acknowledge and drop incoming readings while at the cap, counted in runnel_edge_disk_cap_dropped_total; the outbox's aggregates are never dropped).",
+			Value: settings.Enum(func(c *Config) *DiskPolicy { return &c.DiskCap.Policy }, PolicyBlock, PolicyDropRaw)},
 
-	{path: "disk_cap.bytes", flag: "disk-cap-bytes", env: "RUNNEL_DISK_CAP_BYTES", def: "1GiB",
-		doc: "Most disk the ingest log and the outbox may use together; 0: no cap. At least two ingest log segments.",
-		val: sizeVal(func(c *Config) *int64 { return &c.DiskCap.Bytes }, nil)},
-	{path: "disk_cap.policy", flag: "disk-cap-policy", env: "RUNNEL_DISK_CAP_POLICY", def: "block",
-		doc: "At the cap: block (stop acknowledging MQTT; the broker holds the data, up to its own limits) or drop_raw (acknowledge and drop incoming readings while at the cap, counted in runnel_edge_disk_cap_dropped_total; the outbox's aggregates are never dropped).",
-		val: enumVal(func(c *Config) *DiskPolicy { return &c.DiskCap.Policy }, PolicyBlock, PolicyDropRaw)},
+		{Path: "dedup.ids", Flag: "dedup-ids", Env: "RUNNEL_DEDUP_IDS", Default: "16384",
+			Doc:   "How many of the latest event ids each pipeline that declares event_id remembers to drop MQTT redeliveries (1 to 16777216). Redeliveries are the unacknowledged tail, bounded by the receive maximum and one group commit, so a few thousand suffice; a redelivery older than this many messages counts twice.",
+			Value: settings.Int(func(c *Config) *int { return &c.Dedup.IDs }, 1, 1<<24)},
 
-	{path: "dedup.ids", flag: "dedup-ids", env: "RUNNEL_DEDUP_IDS", def: "16384",
-		doc: "How many of the latest event ids each pipeline that declares event_id remembers to drop MQTT redeliveries (1 to 16777216). Redeliveries are the unacknowledged tail, bounded by the receive maximum and one group commit, so a few thousand suffice; a redelivery older than this many messages counts twice.",
-		val: intVal(func(c *Config) *int { return &c.Dedup.IDs }, 1, 1<<24)},
+		{Path: "uplink.hub", Flag: "uplink-hub", Env: "RUNNEL_UPLINK_HUB", Example: "hub.example.com:7443",
+			Doc:   "host:port of the hub's gRPC listener. Committed window results are sent there and deleted once the hub has made them durable. Empty: no uplink (the outbox grows up to the disk cap).",
+			Value: settings.String(func(c *Config) *string { return &c.Uplink.Hub }, settings.OrEmpty(checkAddr))},
+		{Path: "uplink.token", Flag: "uplink-token", Env: "RUNNEL_UPLINK_TOKEN", Secret: true, Example: "\"...\"",
+			Doc:   "Bearer token the hub knows this edge by. A flag is visible to every user of the host (ps); prefer the variable or uplink.token_file.",
+			Value: settings.String(func(c *Config) *string { return &c.Uplink.Token }, nil)},
+		{Path: "uplink.token_file", Flag: "uplink-token-file", Env: "RUNNEL_UPLINK_TOKEN_FILE", Example: "/etc/runnel/hub-token",
+			Doc:   "File holding the hub token (a final line break is dropped). Not together with uplink.token.",
+			Value: settings.Path(func(c *Config) *string { return &c.Uplink.TokenFile }, nil)},
+		{Path: "uplink.tls.ca_file", Flag: "uplink-tls-ca-file", Env: "RUNNEL_UPLINK_TLS_CA_FILE", Example: "/etc/runnel/hub-ca.pem",
+			Doc:   "PEM certificates to verify the hub with. Empty: the system roots.",
+			Value: settings.Path(func(c *Config) *string { return &c.Uplink.CAFile }, nil)},
+		{Path: "uplink.tls.server_name", Flag: "uplink-tls-server-name", Env: "RUNNEL_UPLINK_TLS_SERVER_NAME", Example: "hub.internal",
+			Doc:   "Name to verify the hub's certificate against, when it differs from uplink.hub's host.",
+			Value: settings.String(func(c *Config) *string { return &c.Uplink.ServerName }, nil)},
+		{Path: "uplink.insecure", Flag: "uplink-insecure", Env: "RUNNEL_UPLINK_INSECURE", Default: "false",
+			Doc:   "Talk to the hub in plaintext, without TLS. For loopback tests and demos only: the token and the results cross the network readable.",
+			Value: settings.Bool(func(c *Config) *bool { return &c.Uplink.Insecure })},
+		{Path: "uplink.batch_entries", Flag: "uplink-batch-entries", Env: "RUNNEL_UPLINK_BATCH_ENTRIES", Default: "500",
+			Doc:   "Outbox entries per batch sent to the hub (1 to 100000).",
+			Value: settings.Int(func(c *Config) *int { return &c.Uplink.BatchEntries }, 1, 100000)},
 
-	{path: "uplink.hub", flag: "uplink-hub", env: "RUNNEL_UPLINK_HUB", example: "hub.example.com:7443",
-		doc: "host:port of the hub's gRPC listener. Committed window results are sent there and deleted once the hub has made them durable. Empty: no uplink (the outbox grows up to the disk cap).",
-		val: strVal(func(c *Config) *string { return &c.Uplink.Hub }, orEmpty(checkAddr))},
-	{path: "uplink.token", flag: "uplink-token", env: "RUNNEL_UPLINK_TOKEN", secret: true, example: "\"...\"",
-		doc: "Bearer token the hub knows this edge by. A flag is visible to every user of the host (ps); prefer the variable or uplink.token_file.",
-		val: strVal(func(c *Config) *string { return &c.Uplink.Token }, nil)},
-	{path: "uplink.token_file", flag: "uplink-token-file", env: "RUNNEL_UPLINK_TOKEN_FILE", example: "/etc/runnel/hub-token",
-		doc: "File holding the hub token (a final line break is dropped). Not together with uplink.token.",
-		val: pathVal(func(c *Config) *string { return &c.Uplink.TokenFile }, nil)},
-	{path: "uplink.tls.ca_file", flag: "uplink-tls-ca-file", env: "RUNNEL_UPLINK_TLS_CA_FILE", example: "/etc/runnel/hub-ca.pem",
-		doc: "PEM certificates to verify the hub with. Empty: the system roots.",
-		val: pathVal(func(c *Config) *string { return &c.Uplink.CAFile }, nil)},
-	{path: "uplink.tls.server_name", flag: "uplink-tls-server-name", env: "RUNNEL_UPLINK_TLS_SERVER_NAME", example: "hub.internal",
-		doc: "Name to verify the hub's certificate against, when it differs from uplink.hub's host.",
-		val: strVal(func(c *Config) *string { return &c.Uplink.ServerName }, nil)},
-	{path: "uplink.insecure", flag: "uplink-insecure", env: "RUNNEL_UPLINK_INSECURE", def: "false",
-		doc: "Talk to the hub in plaintext, without TLS. For loopback tests and demos only: the token and the results cross the network readable.",
-		val: boolVal(func(c *Config) *bool { return &c.Uplink.Insecure })},
-	{path: "uplink.batch_entries", flag: "uplink-batch-entries", env: "RUNNEL_UPLINK_BATCH_ENTRIES", def: "500",
-		doc: "Outbox entries per batch sent to the hub (1 to 100000).",
-		val: intVal(func(c *Config) *int { return &c.Uplink.BatchEntries }, 1, 100000)},
+		{Path: "http.addr", Flag: "http-addr", Env: "RUNNEL_HTTP_ADDR", Default: "127.0.0.1:9464",
+			Doc:   "host:port of the HTTP server for /metrics (Prometheus) and /healthz. Empty: no HTTP server.",
+			Value: settings.String(func(c *Config) *string { return &c.HTTP.Addr }, settings.OrEmpty(checkAddr))},
 
-	{path: "http.addr", flag: "http-addr", env: "RUNNEL_HTTP_ADDR", def: "127.0.0.1:9464",
-		doc: "host:port of the HTTP server for /metrics (Prometheus) and /healthz. Empty: no HTTP server.",
-		val: strVal(func(c *Config) *string { return &c.HTTP.Addr }, orEmpty(checkAddr))},
-
-	{path: "log.level", flag: "log-level", env: "RUNNEL_LOG_LEVEL", def: "info",
-		doc: "Least severe level logged: debug, info, warn or error.",
-		val: enumVal(func(c *Config) *LogLevel { return &c.Log.Level }, LevelInfo, LevelDebug, LevelWarn, LevelError)},
-	{path: "log.format", flag: "log-format", env: "RUNNEL_LOG_FORMAT", def: "text",
-		doc: "Log format: text (key=value) or json.",
-		val: enumVal(func(c *Config) *LogFormat { return &c.Log.Format }, FormatText, FormatJSON)},
-}
-
-// configFlag and configEnv name the config file; they are not settings
-// (the file cannot name itself) but are parsed alongside them.
-const (
-	configFlag = "config"
-	configEnv  = "RUNNEL_CONFIG"
-)
+		{Path: "log.level", Flag: "log-level", Env: "RUNNEL_LOG_LEVEL", Default: "info",
+			Doc:   "Least severe level logged: debug, info, warn or error.",
+			Value: settings.Enum(func(c *Config) *LogLevel { return &c.Log.Level }, LevelInfo, LevelDebug, LevelWarn, LevelError)},
+		{Path: "log.format", Flag: "log-format", Env: "RUNNEL_LOG_FORMAT", Default: "text",
+			Doc:   "Log format: text (key=value) or json.",
+			Value: settings.Enum(func(c *Config) *LogFormat { return &c.Log.Format }, FormatText, FormatJSON)},
+	},
+})
 
 // minSegmentSize is the smallest segment the ingest log accepts
 // (ingestlog.MinSegmentSize; not imported, so that config stays a leaf
 // package the command wires to the others).
 const minSegmentSize = 1 << 10
 
-// Lookups into the table, built once.
-var (
-	byPath = map[string]*setting{}
-	byFlag = map[string]*setting{}
-	byEnv  = map[string]*setting{}
-	// children lists, for each section path ("" for the top level,
-	// "broker", "broker.tls"), the names that may appear in it, in table
-	// order.
-	children = map[string][]string{}
-)
-
-func init() {
-	for _, st := range settings {
-		byPath[st.path], byFlag[st.flag], byEnv[st.env] = st, st, st
-		parent := ""
-		for _, part := range strings.Split(st.path, ".") {
-			if !containsStr(children[parent], part) {
-				children[parent] = append(children[parent], part)
-			}
-			parent = joinPath(parent, part)
-		}
-	}
-}
-
-func containsStr(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func joinPath(parent, name string) string {
-	if parent == "" {
-		return name
-	}
-	return parent + "." + name
-}
-
 // --- per-value rules ---
+
+// checkAddr checks a listen address of the edge.
+var checkAddr = settings.ListenAddr("127.0.0.1:1883")
 
 var edgeIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
@@ -229,13 +179,6 @@ func checkEdgeID(s string) error {
 				return fmt.Errorf("%q contains %q; use letters, digits, '.', '_' and '-'", s, r)
 			}
 		}
-	}
-	return nil
-}
-
-func nonEmpty(s string) error {
-	if s == "" {
-		return errors.New("empty")
 	}
 	return nil
 }
@@ -263,18 +206,6 @@ func checkClientID(s string) error {
 	}
 	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
 		return fmt.Errorf("%q contains a control character", s)
-	}
-	return nil
-}
-
-// checkPipeline checks one pipeline path or glob. Whether a plain path
-// exists is checked with the other files (crossChecks).
-func checkPipeline(s string) error {
-	if strings.TrimSpace(s) == "" {
-		return errors.New("empty path")
-	}
-	if _, err := filepath.Match(s, ""); err != nil {
-		return fmt.Errorf("%q is not a valid glob: %v", s, err)
 	}
 	return nil
 }
@@ -318,7 +249,7 @@ func checkBrokerURL(s string) error {
 		return fmt.Errorf("%q: a broker URL is scheme://host:port, without a path or query", shown)
 	}
 	if p := u.Port(); p != "" {
-		if err := checkPort(p); err != nil {
+		if err := settings.CheckPort(p); err != nil {
 			return fmt.Errorf("%q: %v", shown, err)
 		}
 	}
@@ -339,52 +270,6 @@ func redact(s string) string {
 	return s
 }
 
-// checkAddr checks a listen address, host:port. The host may be empty (all
-// interfaces); the port must be a number (0: any free port).
-func checkAddr(s string) error {
-	if s == "" {
-		return errors.New("empty; expected host:port such as 127.0.0.1:1883")
-	}
-	_, port, err := net.SplitHostPort(s)
-	if err != nil {
-		var ae *net.AddrError
-		if errors.As(err, &ae) {
-			return fmt.Errorf("%q is not host:port: %s", s, ae.Err)
-		}
-		return fmt.Errorf("%q is not host:port", s)
-	}
-	if err := checkPort(port); err != nil {
-		return fmt.Errorf("%q: %v", s, err)
-	}
-	return nil
-}
-
-func checkPort(p string) error {
-	n, err := strconv.Atoi(p)
-	if err != nil || n < 0 || n > math.MaxUint16 {
-		return fmt.Errorf("port %q is not a number from 0 to 65535", p)
-	}
-	return nil
-}
-
-func orEmpty(check func(string) error) func(string) error {
-	return func(s string) error {
-		if s == "" {
-			return nil
-		}
-		return check(s)
-	}
-}
-
-func between(lo, hi time.Duration) func(time.Duration) error {
-	return func(d time.Duration) error {
-		if d < lo || d > hi {
-			return fmt.Errorf("%s is out of range; must be %s to %s", showDuration(d), showDuration(lo), showDuration(hi))
-		}
-		return nil
-	}
-}
-
 // mqttSeconds is the rule of MQTT intervals, which are sent as a whole
 // number of seconds from 1 to hi. The bound is shown in seconds, as the
 // MQTT spec gives it.
@@ -392,9 +277,9 @@ func mqttSeconds(hi int64) func(time.Duration) error {
 	return func(d time.Duration) error {
 		switch {
 		case d < time.Second || d > time.Duration(hi)*time.Second:
-			return fmt.Errorf("%s is out of range; must be 1s to %ds", showDuration(d), hi)
+			return fmt.Errorf("%s is out of range; must be 1s to %ds", settings.ShowDuration(d), hi)
 		case d%time.Second != 0:
-			return fmt.Errorf("%s is not a whole number of seconds (MQTT sends it in seconds)", showDuration(d))
+			return fmt.Errorf("%s is not a whole number of seconds (MQTT sends it in seconds)", settings.ShowDuration(d))
 		}
 		return nil
 	}
@@ -403,7 +288,7 @@ func mqttSeconds(hi int64) func(time.Duration) error {
 func atLeast(lo int64) func(int64) error {
 	return func(n int64) error {
 		if n < lo {
-			return fmt.Errorf("%s is too small; must be at least %s", showBytes(n), showBytes(lo))
+			return fmt.Errorf("%s is too small; must be at least %s", settings.ShowBytes(n), settings.ShowBytes(lo))
 		}
 		return nil
 	}
