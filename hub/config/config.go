@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runnel-io/runnel/operators/spec"
+	"github.com/runnel-io/runnel/internal/settings"
 )
 
 // ErrInvalid is matched (errors.Is) by every error Load and Validate return
@@ -99,7 +99,7 @@ const (
 )
 
 // Default returns the configuration an empty config file gives.
-func Default() *Config { return defaults() }
+func Default() *Config { return table.Defaults() }
 
 // Plaintext reports whether the hub serves without TLS: no certificate is
 // set, and either insecure is or both listeners are on loopback (Load
@@ -126,36 +126,13 @@ func isLoopback(addr string) bool {
 // start for a reason in the config. Problems name the setting by its YAML
 // path; use Load to have them name the file line, variable or flag.
 func (c *Config) Validate() error {
-	v := validator{c: c, probs: &problems{}, bad: map[string]bool{}}
-	for _, st := range settings {
-		if err := st.val.check(c); err != nil {
-			v.add(st.path, "%v", err)
-			v.bad[st.path] = true
-		}
-	}
-	v.crossChecks()
-	return v.probs.err()
+	ch := table.Validate(c)
+	crossChecks(ch, c)
+	return ch.Err()
 }
 
-// Error is a refused configuration: every problem found, one per line.
-type Error struct {
-	// Problems in the order a user fixes them: the config file's by
-	// position, then environment variables, then flags, then the problems
-	// that belong to no source.
-	Problems spec.Problems
-}
-
-// Error lists the problems one per line, in order.
-func (e *Error) Error() string {
-	var b strings.Builder
-	for i, p := range e.Problems {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(p.Error())
-	}
-	return b.String()
-}
-
-// Unwrap makes an *Error match ErrInvalid.
-func (e *Error) Unwrap() error { return ErrInvalid }
+// Error is a refused configuration: every problem found, one per line, in
+// the order a user fixes them: the config file's by position, then
+// environment variables, then flags, then the problems that belong to no
+// source. It matches ErrInvalid.
+type Error = settings.Error

@@ -8,22 +8,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/runnel-io/runnel/internal/settings"
 )
 
 // TestSettingsTable: every Config leaf field has exactly one row, every
 // default parses, and flags and variables are unique.
 func TestSettingsTable(t *testing.T) {
-	c := defaults()
+	c := table.Defaults()
 	rows := map[uintptr]string{}
-	for _, st := range settings {
-		if !strings.HasPrefix(st.env, envPrefix) {
-			t.Errorf("%s: variable %s lacks the %s prefix", st.path, st.env, envPrefix)
+	for _, st := range table.Settings {
+		if !strings.HasPrefix(st.Env, table.EnvPrefix) {
+			t.Errorf("%s: variable %s lacks the %s prefix", st.Path, st.Env, table.EnvPrefix)
 		}
 		ptr := fieldPtr(t, st, c)
 		if other, dup := rows[ptr]; dup {
-			t.Errorf("%s and %s fill one field", st.path, other)
+			t.Errorf("%s and %s fill one field", st.Path, other)
 		}
-		rows[ptr] = st.path
+		rows[ptr] = st.Path
 	}
 	var walk func(v reflect.Value, name string)
 	walk = func(v reflect.Value, name string) {
@@ -41,33 +43,19 @@ func TestSettingsTable(t *testing.T) {
 		}
 	}
 	walk(reflect.ValueOf(c).Elem(), "")
-	if len(byFlag) != len(settings) || len(byEnv) != len(settings) {
+	flags, vars := map[string]bool{}, map[string]bool{}
+	for _, st := range table.Settings {
+		flags[st.Flag], vars[st.Env] = true, true
+	}
+	if len(flags) != len(table.Settings) || len(vars) != len(table.Settings) {
 		t.Error("flags or variables are not unique")
 	}
 }
 
-// fieldPtr finds the field a setting fills, by setting it through the
-// table and seeing which field changed.
-func fieldPtr(t *testing.T, st *setting, c *Config) uintptr {
+// fieldPtr finds the field a setting fills.
+func fieldPtr(t *testing.T, st *settings.Setting[Config], c *Config) uintptr {
 	t.Helper()
-	switch v := st.val.(type) {
-	case scalar[string]:
-		return reflect.ValueOf(v.field(c)).Pointer()
-	case scalar[bool]:
-		return reflect.ValueOf(v.field(c)).Pointer()
-	case scalar[int]:
-		return reflect.ValueOf(v.field(c)).Pointer()
-	case scalar[time.Duration]:
-		return reflect.ValueOf(v.field(c)).Pointer()
-	case scalar[LogLevel]:
-		return reflect.ValueOf(v.field(c)).Pointer()
-	case scalar[LogFormat]:
-		return reflect.ValueOf(v.field(c)).Pointer()
-	case stringList:
-		return reflect.ValueOf(v.field(c)).Pointer()
-	}
-	t.Fatalf("%s: unknown value type %T", st.path, st.val)
-	return 0
+	return reflect.ValueOf(st.Value.Field(c)).Pointer()
 }
 
 func TestEmptyConfig(t *testing.T) {

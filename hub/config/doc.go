@@ -4,8 +4,8 @@
 //
 // # Model
 //
-// As edge/config, whose machinery this package shares in shape: one
-// table (settings.go) is the single source of truth. Each row is a
+// As edge/config, on the same machinery (internal/settings): one table
+// (settings.go) is the single source of truth. Each row is a
 // setting: its YAML path, flag, environment variable, type, default and
 // doc line, and the Config field it fills. YAML decoding, flag
 // registration, environment lookup, defaults, Usage (--help) and

@@ -25,9 +25,9 @@ func TestUsage(t *testing.T) {
 	var b bytes.Buffer
 	Usage(&b)
 	checkGolden(t, "testdata/usage.golden", b.String())
-	for _, st := range settings {
-		if !strings.Contains(b.String(), "--"+st.flag) || !strings.Contains(b.String(), st.env) {
-			t.Errorf("usage misses %s", st.path)
+	for _, st := range table.Settings {
+		if !strings.Contains(b.String(), "--"+st.Flag) || !strings.Contains(b.String(), st.Env) {
+			t.Errorf("usage misses %s", st.Path)
 		}
 	}
 }
@@ -35,7 +35,7 @@ func TestUsage(t *testing.T) {
 // TestDocsExampleLoads loads the complete config file the docs show and
 // expects exactly the defaults.
 func TestDocsExampleLoads(t *testing.T) {
-	example := exampleYAML()
+	example := table.ExampleYAML()
 	got, err := loadData("hub.yaml", example, nil, nil)
 	if err != nil {
 		t.Fatalf("the docs' example does not load:\n%v\n%s", err, example)
@@ -176,71 +176,7 @@ func markdown(t *testing.T) string {
 	}
 	b.WriteString("```\n" + err.Error() + "\n```\n\n")
 
-	b.WriteString("## Settings\n")
-	section := "-"
-	for _, st := range settings {
-		sec := ""
-		if i := strings.IndexByte(st.path, '.'); i >= 0 {
-			sec = st.path[:i]
-		}
-		if sec != section {
-			section = sec
-			if sec == "" {
-				b.WriteString("\n### Top level\n\n")
-			} else {
-				fmt.Fprintf(&b, "\n### %s\n\n", sec)
-			}
-			b.WriteString("| YAML | flag | environment | type | default | |\n|---|---|---|---|---|---|\n")
-		}
-		typ := st.val.typ()
-		switch typ {
-		case "enum":
-			typ = "`" + strings.Join(st.val.choices(), "` \\| `") + "`"
-		case "paths":
-			typ = "list of paths"
-		}
-		def := ""
-		switch {
-		case st.defDoc != "":
-			def = strings.ReplaceAll(st.defDoc, "|", `\|`)
-		case st.def != "":
-			def = "`" + st.def + "`"
-		default:
-			def = "`\"\"`"
-		}
-		doc := strings.NewReplacer("|", `\|`, "*", `\*`).Replace(st.doc)
-		fmt.Fprintf(&b, "| `%s` | `--%s` | `%s` | %s | %s | %s |\n", st.path, st.flag, st.env, typ, def, doc)
-	}
-	b.WriteString("\n## A complete config file\n\nEvery setting at its default; those without one are commented out, with an example value.\n\n")
-	b.WriteString("```yaml\n" + exampleYAML() + "```\n")
-	return b.String()
-}
-
-// exampleYAML writes every setting at its default, in table order, nested
-// by section; a setting without a default is commented out with its
-// example value.
-func exampleYAML() string {
-	var b strings.Builder
-	var open []string
-	for _, st := range settings {
-		parts := strings.Split(st.path, ".")
-		sec := parts[:len(parts)-1]
-		same := 0
-		for same < len(open) && same < len(sec) && open[same] == sec[same] {
-			same++
-		}
-		open = open[:same]
-		for _, p := range sec[same:] {
-			fmt.Fprintf(&b, "%s%s:\n", strings.Repeat("  ", len(open)), p)
-			open = append(open, p)
-		}
-		indent := strings.Repeat("  ", len(open))
-		if st.def != "" {
-			fmt.Fprintf(&b, "%s%s: %s\n", indent, parts[len(parts)-1], st.def)
-		} else {
-			fmt.Fprintf(&b, "%s# %s: %s\n", indent, parts[len(parts)-1], st.example)
-		}
-	}
+	table.Markdown(&b)
 	return b.String()
 }
 
