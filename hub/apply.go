@@ -61,7 +61,8 @@ func (h *Hub) edgeFor(id string, epoch uint64) *edge {
 // Apply merges a batch into memory; it becomes durable, and is acked, at the
 // next group commit. See the package documentation for the rules.
 func (h *Hub) Apply(b *runnelv1.Batch) error {
-	if err := h.validate(b); err != nil {
+	minEnd, err := h.validate(b)
+	if err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -82,6 +83,11 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 	if applied > 0 && b.FirstSeq > applied+1 {
 		return fmt.Errorf("hub: batch from %q epoch %d starts at seq %d, the hub expects %d: %w",
 			b.EdgeId, b.Epoch, b.FirstSeq, applied+1, ErrGap)
+	}
+	if minEnd < h.residentFrom {
+		if err := h.reloadEvicted(b, applied); err != nil {
+			return err
+		}
 	}
 
 	e.lastSeen = h.cfg.Now()
@@ -149,10 +155,11 @@ func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial)
 }
 
 // validate checks all of b against the hub's pipelines without touching any
-// state. Every error wraps ErrBadBatch and names the partial.
-func (h *Hub) validate(b *runnelv1.Batch) error {
+// state, and returns the lowest window end of its partials. Every error
+// wraps ErrBadBatch and names the partial.
+func (h *Hub) validate(b *runnelv1.Batch) (minEnd int64, err error) {
 	if b == nil {
-		return fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
+		return 0, fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("hub: batch from %q epoch %d seqs %d..%d: %s: %w",
@@ -160,16 +167,17 @@ func (h *Hub) validate(b *runnelv1.Batch) error {
 	}
 	switch {
 	case b.EdgeId == "":
-		return bad("empty edge id")
+		return 0, bad("empty edge id")
 	case len(b.EdgeId) > maxEdgeID:
-		return bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
+		return 0, bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
 	case b.FirstSeq == 0:
-		return bad("first_seq 0: sequences start at 1")
+		return 0, bad("first_seq 0: sequences start at 1")
 	case b.FirstSeq > b.LastSeq && (b.LastSeq == math.MaxUint64 || b.FirstSeq != b.LastSeq+1):
-		return bad("first_seq after last_seq + 1")
+		return 0, bad("first_seq after last_seq + 1")
 	case b.FirstSeq > b.LastSeq && len(b.Partials) > 0:
-		return bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
+		return 0, bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
 	}
+	minEnd = math.MaxInt64
 	prev := b.FirstSeq - 1
 	var pp *pipe
 	var st *aggregate.State
@@ -180,46 +188,47 @@ func (h *Hub) validate(b *runnelv1.Batch) error {
 	}()
 	for i, p := range b.Partials {
 		if p == nil {
-			return bad("partial %d is nil", i)
+			return 0, bad("partial %d is nil", i)
 		}
 		switch {
 		case p.Seq <= prev:
-			return bad("partial %d: seq %d not after %d", i, p.Seq, prev)
+			return 0, bad("partial %d: seq %d not after %d", i, p.Seq, prev)
 		case p.Seq > b.LastSeq:
-			return bad("partial %d: seq %d after last_seq", i, p.Seq)
+			return 0, bad("partial %d: seq %d after last_seq", i, p.Seq)
 		case p.WindowEnd <= p.WindowStart:
-			return bad("partial %d (seq %d): window end %d not after start %d", i, p.Seq, p.WindowEnd, p.WindowStart)
+			return 0, bad("partial %d (seq %d): window end %d not after start %d", i, p.Seq, p.WindowEnd, p.WindowStart)
 		case len(p.Key) > maxKeyLen:
-			return bad("partial %d (seq %d): key of %d bytes, at most %d", i, p.Seq, len(p.Key), maxKeyLen)
+			return 0, bad("partial %d (seq %d): key of %d bytes, at most %d", i, p.Seq, len(p.Key), maxKeyLen)
 		}
 		prev = p.Seq
+		minEnd = min(minEnd, p.WindowEnd)
 		if pp == nil || pp.p.Name != p.Pipeline {
 			if st != nil {
 				pp.scratch.Put(st)
 				st = nil
 			}
 			if pp = h.pipes[p.Pipeline]; pp == nil {
-				return bad("partial %d (seq %d): unknown pipeline %q", i, p.Seq, p.Pipeline)
+				return 0, bad("partial %d (seq %d): unknown pipeline %q", i, p.Seq, p.Pipeline)
 			}
 			st = pp.scratch.Get().(*aggregate.State)
 		}
 		if pp.keyed != (len(p.Key) > 0) {
 			if pp.keyed {
-				return bad("partial %d (seq %d): empty key for pipeline %q, which has key fields", i, p.Seq, p.Pipeline)
+				return 0, bad("partial %d (seq %d): empty key for pipeline %q, which has key fields", i, p.Seq, p.Pipeline)
 			}
-			return bad("partial %d (seq %d): key given for pipeline %q, which has no key fields", i, p.Seq, p.Pipeline)
+			return 0, bad("partial %d (seq %d): key given for pipeline %q, which has no key fields", i, p.Seq, p.Pipeline)
 		}
 		if err := pp.set.Decode(st, p.State); err != nil {
-			return bad("partial %d (seq %d) of pipeline %q: state: %v", i, p.Seq, p.Pipeline, err)
+			return 0, bad("partial %d (seq %d) of pipeline %q: state: %v", i, p.Seq, p.Pipeline, err)
 		}
 	}
 	for _, wm := range b.Watermarks {
 		if wm == nil {
-			return bad("nil watermark")
+			return 0, bad("nil watermark")
 		}
 		if h.pipes[wm.Pipeline] == nil {
-			return bad("watermark for unknown pipeline %q", wm.Pipeline)
+			return 0, bad("watermark for unknown pipeline %q", wm.Pipeline)
 		}
 	}
-	return nil
+	return minEnd, nil
 }

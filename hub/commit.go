@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -15,8 +16,9 @@ import (
 // the windows they passed, expires old windows and copies everything that
 // changed into a writeSet. The bbolt transaction then runs without mu, so
 // Apply keeps going while the disk works. Only after the transaction
-// commits do the edges' acked sequences advance and the emitted results
-// reach subscribers: what an ack promises is on disk.
+// commits do the edges' acked sequences advance, the emitted results
+// reach subscribers and windows that are durable and cold leave memory
+// (evict.go): what an ack promises is on disk.
 //
 // A failed transaction keeps its writeSet; the next commit writes it again,
 // followed by what changed since, so nothing is lost and nothing is acked
@@ -27,11 +29,10 @@ type opKind uint8
 
 const (
 	opPutPartial  opKind = iota // partials/<kg>: k -> v
-	opDelPartial                // partials/<kg>: delete k
 	opPutResult                 // results/<pipeline>: k -> v
-	opDelResults                // results/<pipeline>: delete windows ending before n
+	opExpire                    // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
 	opPutEdge                   // edges: k -> v
-	opPutPipeline               // pipelines: k -> v
+	opPutPipeline               // pipelines/<pipeline>: k -> v, less the results opExpire deleted
 )
 
 // op is one write; its key and value are ranges of writeSet.buf, which may
@@ -46,19 +47,21 @@ type op struct {
 	at     int // position before sorting
 }
 
-// bucketOrder sorts ops by the bucket they write, range deletes last.
+// bucketOrder sorts ops by the bucket they write; range deletes after the
+// puts they may cover, pipeline records after the range deletes whose
+// result count they take.
 func (o *op) bucketOrder() uint64 {
 	switch o.kind {
-	case opPutPartial, opDelPartial:
+	case opPutPartial:
 		return 1<<32 | uint64(o.kg)
 	case opPutResult:
 		return 2<<32 | uint64(o.pipe)
+	case opExpire:
+		return 3<<32 | uint64(o.pipe)
 	case opPutEdge:
-		return 3 << 32
-	case opPutPipeline:
 		return 4 << 32
 	}
-	return 5<<32 | uint64(o.pipe) // opDelResults
+	return 5 << 32 // opPutPipeline
 }
 
 // ackTo is an edge's durable position once the writeSet commits.
@@ -73,6 +76,16 @@ type writeSet struct {
 	acks    []ackTo
 	results []Result
 	scratch []byte
+	// expired is what the transaction's opExpire found, per pipe.idx;
+	// write fills it afresh on every attempt.
+	expired []expired
+}
+
+// expired is what one transaction's expiry did to a pipeline's store.
+type expired struct {
+	ran        bool
+	results    uint64 // result versions deleted
+	storedFrom int64  // the first window end left in the partials buckets
 }
 
 func (ws *writeSet) empty() bool { return len(ws.ops) == 0 }
@@ -98,12 +111,6 @@ func (ws *writeSet) addRecord(kind opKind, kg uint32, pipe int32, key, payload [
 	k1 := len(ws.buf)
 	ws.buf = appendRecord(ws.buf, key, payload)
 	ws.add(kind, kg, pipe, k0, k1)
-}
-
-func (ws *writeSet) addDelete(kind opKind, kg uint32, pipe int32, key []byte) {
-	k0 := len(ws.buf)
-	ws.buf = append(ws.buf, key...)
-	ws.add(kind, kg, pipe, k0, len(ws.buf))
 }
 
 // Commit runs a group commit now, as the commit loop does every
@@ -142,6 +149,16 @@ func (h *Hub) commitLocked() error {
 	for _, a := range ws.acks {
 		a.e.ackedEpoch, a.e.acked = a.epoch, a.seq
 	}
+	for i, x := range ws.expired {
+		if x.ran {
+			pp := h.pipeList[i]
+			pp.storedFrom = x.storedFrom
+			pp.results -= x.results
+		}
+	}
+	for _, pp := range h.pipeList {
+		h.evict(pp)
+	}
 	h.stats.CommitErr = ""
 	h.stats.Commits++
 	h.stats.Results += uint64(len(ws.results))
@@ -177,6 +194,7 @@ func (h *Hub) prepare(ws *writeSet) {
 			ws.scratch = appendPartialValue(ws.scratch, pt.epoch, pt.seq, pt.version, pt.state)
 			ws.addRecord(opPutPartial, w.kg, 0, ws.scratch[:k], ws.scratch[k:])
 		}
+		w.pipe.storedFrom = min(w.pipe.storedFrom, w.end)
 	}
 	clear(h.dirty)
 	h.dirty = h.dirty[:0]
@@ -221,7 +239,7 @@ func (h *Hub) prepare(ws *writeSet) {
 		}
 		pp.dirty = false
 		ws.scratch = appendPipelineValue(ws.scratch[:0], pp.hasWM, pp.wm, pp.results)
-		ws.addRecord(opPutPipeline, 0, 0, []byte(pp.p.Name), ws.scratch)
+		ws.addRecord(opPutPipeline, 0, int32(pp.idx), []byte(pp.p.Name), ws.scratch)
 	}
 }
 
@@ -258,6 +276,7 @@ func (h *Hub) emit(ws *writeSet, pp *pipe, w *window, emitted int64) {
 	w.version++
 	pp.results++
 	pp.dirty = true
+	pp.storedFrom = min(pp.storedFrom, w.end)
 
 	var ver [4]byte
 	ws.scratch = h.partialKey(ws.scratch[:0], w, tagWindow, "")
@@ -287,32 +306,21 @@ func appendVersion(dst []byte, v uint32) []byte {
 }
 
 // expire deletes the windows of pp that ended more than Retention before
-// the hub watermark, with their partials and results.
+// the hub watermark, with their partials and results: from memory here,
+// from the store by key ranges in the transaction (opExpire), which also
+// reaches the evicted ones. The ranges are only walked when the store may
+// hold such a window (storedFrom), about once per window length.
 func (h *Hub) expire(ws *writeSet, pp *pipe) {
 	bound := subSat(pp.wm, int64(h.cfg.Retention/time.Millisecond))
 	if bound <= pp.expiredTo {
 		return
 	}
 	pp.expiredTo = bound
-	for end, g := range pp.ends {
-		if end >= bound {
-			continue
-		}
-		for _, w := range g.wins {
-			pp.remove(w)
-			pp.results -= uint64(w.version)
-			pp.dirty = true
-			ws.scratch = h.partialKey(ws.scratch[:0], w, tagWindow, "")
-			ws.addDelete(opDelPartial, w.kg, 0, ws.scratch)
-			for i := range w.parts {
-				ws.scratch = h.partialKey(ws.scratch[:0], w, tagPartial, h.edges[w.parts[i].edge].id)
-				ws.addDelete(opDelPartial, w.kg, 0, ws.scratch)
-			}
-		}
-		delete(pp.ends, end)
-		delete(pp.pending, end) // emitted above: empty
+	pp.sweep(bound, true)
+	if bound > pp.storedFrom {
+		ws.ops = append(ws.ops, op{kind: opExpire, pipe: int32(pp.idx), n: bound})
+		pp.dirty = true // the pipeline record follows with the result count
 	}
-	ws.ops = append(ws.ops, op{kind: opDelResults, pipe: int32(pp.idx), n: bound})
 }
 
 // partialKey appends the partials-bucket key of w's window record (tag
@@ -367,33 +375,38 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 		}
 		return cmp.Compare(a.at, b.at)
 	})
+	if len(ws.expired) < len(h.pipeList) {
+		ws.expired = make([]expired, len(h.pipeList))
+	}
+	clear(ws.expired)
 	for _, o := range ws.ops {
 		k, v := ws.buf[o.k0:o.k1], ws.buf[o.v0:o.v1]
 		var err error
 		switch o.kind {
-		case opPutPartial, opDelPartial:
+		case opPutPartial:
 			var b *bolt.Bucket
 			if b, err = kgBucketOf(o.kg); err == nil {
-				if o.kind == opPutPartial {
-					err = b.Put(k, v)
-				} else {
-					err = b.Delete(k)
-				}
+				err = b.Put(k, v)
 			}
 		case opPutResult:
 			var b *bolt.Bucket
 			if b, err = resultsOf(o.pipe); err == nil {
 				err = b.Put(k, v)
 			}
-		case opDelResults:
+		case opExpire:
 			var b *bolt.Bucket
 			if b, err = resultsOf(o.pipe); err == nil {
-				err = deleteResultsBefore(b, o.n)
+				err = h.expireStored(partials, b, o.pipe, o.n, &ws.expired[o.pipe], &ws.scratch)
 			}
 		case opPutEdge:
 			err = edges.Put(k, v)
 		case opPutPipeline:
-			err = pipes.Put(k, v)
+			if x := ws.expired[o.pipe]; x.results > 0 {
+				v, err = lessResults(k, v, x.results, &ws.scratch)
+			}
+			if err == nil {
+				err = pipes.Put(k, v)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("hub: commit: %w", err)
@@ -402,27 +415,92 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 	return nil
 }
 
-// deleteResultsBefore deletes the results of windows ending before bound.
-// Such a window starts before bound too, so the scan stops at the first
-// start at or past it.
-func deleteResultsBefore(b *bolt.Bucket, bound int64) error {
+// expireStored deletes the records of pipeline pipe's windows ending before
+// bound from every key group bucket, and their results, noting in x what
+// it deleted and the first window end left. scratch is a reusable buffer.
+func (h *Hub) expireStored(partials, results *bolt.Bucket, pipe int32, bound int64, x *expired, scratch *[]byte) error {
+	prefix := h.pipeList[pipe].prefix
+	x.ran = true
+	x.storedFrom = math.MaxInt64
+	var name [4]byte
+	for kg := range uint32(h.keyGroups) {
+		binary.BigEndian.PutUint32(name[:], kg)
+		b := partials.Bucket(name[:])
+		if b == nil {
+			continue
+		}
+		first, err := deleteWindowsBefore(b, prefix, bound, scratch)
+		if err != nil {
+			return fmt.Errorf("partials/%x: %w", name, err)
+		}
+		x.storedFrom = min(x.storedFrom, first)
+	}
+	n, err := deleteResultsBefore(results, bound, scratch)
+	x.results += n
+	return err
+}
+
+// deleteWindowsBefore deletes the records under prefix (one pipeline's, in
+// one key group bucket) of windows ending before bound: the keys from
+// prefix up to prefix|bound. It returns the end of the first window left,
+// math.MaxInt64 when none is.
+func deleteWindowsBefore(b *bolt.Bucket, prefix []byte, bound int64, scratch *[]byte) (int64, error) {
+	c := b.Cursor()
+	k, _ := c.Seek(prefix)
+	for k != nil && bytes.HasPrefix(k, prefix) {
+		if len(k) < len(prefix)+8 {
+			return 0, fmt.Errorf("short key %x: %w", k, ErrCorrupt)
+		}
+		if end := readTime(k[len(prefix):]); end >= bound {
+			return end, nil
+		}
+		// After Delete the cursor may sit on the next item or past it (and
+		// k's memory may be reused); Seek to a copy of the deleted key
+		// finds the right next one either way.
+		*scratch = append((*scratch)[:0], k...)
+		if err := c.Delete(); err != nil {
+			return 0, err
+		}
+		k, _ = c.Seek(*scratch)
+	}
+	return math.MaxInt64, nil
+}
+
+// lessResults re-encodes the pipeline record v under k with n fewer result
+// versions stored, into scratch.
+func lessResults(k, v []byte, n uint64, scratch *[]byte) ([]byte, error) {
+	payload, err := openRecord(k, v)
+	if err != nil {
+		return nil, err
+	}
+	hasWM, wm, results, err := parsePipelineValue(payload)
+	if err != nil {
+		return nil, err
+	}
+	*scratch = appendPipelineValue((*scratch)[:0], hasWM, wm, results-n)
+	return appendRecord(nil, k, *scratch), nil
+}
+
+// deleteResultsBefore deletes the results of windows ending before bound
+// and returns how many it deleted. Such a window starts before bound too,
+// so the scan stops at the first start at or past it.
+func deleteResultsBefore(b *bolt.Bucket, bound int64, scratch *[]byte) (uint64, error) {
+	var n uint64
 	c := b.Cursor()
 	for k, _ := c.First(); k != nil; {
 		if len(k) < 16 || readTime(k) >= bound {
-			return nil
+			return n, nil
 		}
 		if readTime(k[8:]) < bound {
-			// After Delete the cursor may sit on the next item or past it
-			// (and k's memory may be reused); Seek to a copy of the deleted
-			// key finds the right next one either way.
-			del := bytes.Clone(k)
+			*scratch = append((*scratch)[:0], k...)
 			if err := c.Delete(); err != nil {
-				return err
+				return n, err
 			}
-			k, _ = c.Seek(del)
+			n++
+			k, _ = c.Seek(*scratch)
 			continue
 		}
 		k, _ = c.Next()
 	}
-	return nil
+	return n, nil
 }

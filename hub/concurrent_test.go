@@ -8,9 +8,16 @@ import (
 )
 
 // TestConcurrentApply runs edges in parallel against the commit loop (-race
-// checks the locking) and waits for the acks as a server would.
+// checks the locking) and waits for the acks as a server would; with a
+// tiny residency, windows are evicted and reloaded meanwhile.
 func TestConcurrentApply(t *testing.T) {
-	th := newTestHub(t, func(c *Config) { c.CommitInterval = time.Millisecond })
+	for _, resident := range []time.Duration{0, time.Nanosecond} {
+		t.Run(fmt.Sprint("resident=", resident), func(t *testing.T) { testConcurrentApply(t, resident) })
+	}
+}
+
+func testConcurrentApply(t *testing.T, resident time.Duration) {
+	th := newTestHub(t, func(c *Config) { c.CommitInterval = time.Millisecond; c.Resident = resident })
 	p := th.pipes[0]
 	const edges, batches = 4, 50
 	var wg sync.WaitGroup

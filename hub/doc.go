@@ -46,6 +46,23 @@
 // watermark are deleted at commit; partials for them are dropped and
 // counted (Status.PartialsExpired).
 //
+// # Memory
+//
+// Memory holds the hot windows only: those not yet emitted, those with
+// changes not yet written or emitted, and those ending within Resident
+// (default 1h) of the hub watermark. After each commit the other windows
+// leave memory (Status.WindowsEvicted); the store already holds each
+// edge's latest partial of them and their last version. A partial for such
+// a window reads its records back (one seek in its key group bucket, in
+// Apply, before anything of the batch is applied) and the window goes on as
+// if it had never left: the partial replaces its edge's if newer, and the
+// next commit emits the next version (Status.WindowsReloaded). Open loads
+// the windows ending within Resident of the stored hub watermark, which
+// includes every window not yet emitted. Expiry deletes evicted windows
+// from the store by key range, without loading them. So memory is bounded
+// by keys × edges × the windows of about Resident plus the watermark's lag,
+// whatever Retention is.
+//
 // # Key groups
 //
 // A key belongs to key group xxhash64(key) mod KeyGroups, as on the edge.
@@ -56,10 +73,14 @@
 //
 // # Caveats
 //
-//   - Every window within Retention is held in memory with each edge's
-//     latest partial, so memory grows with keys × windows × edges over the
-//     retention period. Evicting emitted windows to the store and reloading
-//     them on a late partial is future work.
+//   - A late partial for an evicted window costs a read of the store under
+//     the hub's lock; a stream of partials late by more than Resident
+//     reloads (and after the next commit evicts) a window each time. Size
+//     Resident to cover the usual lateness.
+//   - Records of evicted windows are checked (CRC, decoding) when they are
+//     reloaded, not at Open; a corrupt one fails every batch that needs
+//     it with ErrCorrupt (nothing of the batch applied), so that edge's
+//     uplink stalls until the store is repaired.
 //   - Session windows are merged by exact (start, end). Sessions of one key
 //     that the edges cut differently (each edge saw other records) stay
 //     separate results; the hub does not merge overlapping sessions.

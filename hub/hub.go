@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -41,6 +42,7 @@ type Config struct {
 	KeyGroups      int                   // default 128; fixed once the store exists
 	EdgeTimeout    time.Duration         // silent longer: stops holding the watermark back (default 1m)
 	Retention      time.Duration         // windows and results kept this long past the hub watermark (default 7 days)
+	Resident       time.Duration         // emitted windows ending more than this before the hub watermark leave memory; a late partial reloads one (default 1h; package doc, Memory)
 	CommitInterval time.Duration         // group commit period (default 20ms)
 	NoSync         bool                  // bbolt NoSync, for tests and benchmarks only
 	Now            func() time.Time      // wall clock (default time.Now)
@@ -107,7 +109,17 @@ type Status struct {
 	Results         uint64 // result versions emitted
 	Commits         uint64
 	CommitNanos     int64 // last commit duration
-	OpenWindows     int
+	// WindowsResident: windows held in memory (open, or emitted within
+	// Resident of the hub watermark, or changed and not yet written).
+	WindowsResident int
+	// OpenWindows is WindowsResident, under the name hub/server exports.
+	OpenWindows int
+	// WindowsEvicted: windows dropped from memory, durable in the store,
+	// since Open.
+	WindowsEvicted uint64
+	// WindowsReloaded: evicted windows loaded back by a late partial,
+	// since Open.
+	WindowsReloaded uint64
 }
 
 // The methods below are the contract with hub/server; see each doc.
@@ -136,6 +148,7 @@ func (c *Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"EdgeTimeout": c.EdgeTimeout, "Retention": c.Retention, "CommitInterval": c.CommitInterval,
+		"Resident": c.Resident,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("hub: config: %s %v is negative", name, d))
@@ -169,6 +182,9 @@ func (c Config) withDefaults() Config {
 	if c.CommitInterval == 0 {
 		c.CommitInterval = 20 * time.Millisecond
 	}
+	if c.Resident == 0 {
+		c.Resident = time.Hour
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -186,6 +202,7 @@ type Hub struct {
 	cfg       Config
 	db        *bolt.DB
 	keyGroups int
+	resident  int64 // cfg.Resident in ms
 
 	// commitMu serialises commits; it is taken before mu, never after.
 	commitMu sync.Mutex
@@ -199,8 +216,12 @@ type Hub struct {
 	edges    []*edge
 	edgeIdx  map[string]int32
 	dirty    []*window // windows with parts to write
-	next     chan struct{}
-	stats    Status
+	loadKey  []byte    // reload's scratch key
+	// residentFrom is the highest pipe.residentFrom: a batch whose windows
+	// all end at or after it needs nothing reloaded.
+	residentFrom int64
+	next         chan struct{}
+	stats        Status
 
 	subMu      sync.Mutex
 	subs       map[*subscriber]struct{}
@@ -237,14 +258,16 @@ func Open(cfg Config) (*Hub, error) {
 		return nil, fmt.Errorf("hub: open %s: %w", path, err)
 	}
 	h := &Hub{
-		cfg:      cfg,
-		db:       db,
-		pipes:    map[string]*pipe{},
-		edgeIdx:  map[string]int32{},
-		next:     make(chan struct{}),
-		subs:     map[*subscriber]struct{}{},
-		stop:     make(chan struct{}),
-		loopDone: make(chan struct{}),
+		cfg:          cfg,
+		db:           db,
+		resident:     int64(cfg.Resident / time.Millisecond),
+		residentFrom: math.MinInt64,
+		pipes:        map[string]*pipe{},
+		edgeIdx:      map[string]int32{},
+		next:         make(chan struct{}),
+		subs:         map[*subscriber]struct{}{},
+		stop:         make(chan struct{}),
+		loopDone:     make(chan struct{}),
 	}
 	if err := h.restore(); err != nil {
 		db.Close()
@@ -339,8 +362,9 @@ func (h *Hub) Status() Status {
 		}
 	}
 	for _, pp := range h.pipeList {
-		st.OpenWindows += pp.nwin
+		st.WindowsResident += pp.nwin
 	}
+	st.OpenWindows = st.WindowsResident
 	return st
 }
 

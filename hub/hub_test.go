@@ -481,8 +481,8 @@ func TestKeyGroupsFixed(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	p := compile(t, tempsYAML)
-	err := (&Config{KeyGroups: -1, Retention: -1, Pipelines: []*operators.Pipeline{p, p, nil}}).Validate()
-	for _, want := range []string{"Dir is empty", "KeyGroups -1", "Retention -1ns", `"temps" given twice`, "pipeline 2 is not compiled"} {
+	err := (&Config{KeyGroups: -1, Retention: -1, Resident: -2, Pipelines: []*operators.Pipeline{p, p, nil}}).Validate()
+	for _, want := range []string{"Dir is empty", "KeyGroups -1", "Retention -1ns", "Resident -2ns", `"temps" given twice`, "pipeline 2 is not compiled"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want %q", err, want)
 		}

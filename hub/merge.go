@@ -30,16 +30,28 @@ type pipe struct {
 	// wins is the window index, one map per key group: hash of (key, start,
 	// end) -> chain of windows.
 	wins []map[uint64]*window
-	// ends groups windows by end: emission and expiry work by end.
+	// ends groups windows by end: emission, eviction and expiry work by
+	// end.
 	ends    map[int64]*endGroup
 	pending map[int64]*endGroup // the groups with windows to emit
 	nwin    int
+	minEnd  int64 // no group in ends ends before this
+
+	prefix []byte // the partials-bucket key prefix of the pipeline's windows
 
 	wm        int64 // hub watermark, valid when hasWM
 	hasWM     bool
 	expiredTo int64 // windows ending before this were deleted; partials for them are dropped
-	results   uint64
-	dirty     bool // wm or results changed since the last commit
+	// residentFrom: a window ending at or after it is in memory if it
+	// exists at all; one ending before it may be in the store only
+	// (evicted), and a partial for it looks there first.
+	residentFrom int64
+	// storedFrom: no window in the partials buckets ends before it (a
+	// lower bound; expiry deletes a key range only when it is passed).
+	// Written under Hub.mu by prepare, and after a commit that expired.
+	storedFrom int64
+	results    uint64 // result versions stored
+	dirty      bool   // wm or results changed since the last commit
 }
 
 type endGroup struct {
@@ -109,7 +121,13 @@ func newPipe(idx int, p *operators.Pipeline, keyGroups int) *pipe {
 		wins:      make([]map[uint64]*window, keyGroups),
 		ends:      map[int64]*endGroup{},
 		pending:   map[int64]*endGroup{},
+		minEnd:    math.MaxInt64,
+		prefix:    appendPipePrefix(nil, p.Name),
 		expiredTo: math.MinInt64,
+		// Nothing evicted, and expiry's first key range finds out what the
+		// store holds.
+		residentFrom: math.MinInt64,
+		storedFrom:   math.MinInt64,
 	}
 	pp.scratch.New = func() any { return pp.set.New() }
 	for i := range pp.wins {
@@ -148,6 +166,7 @@ func (pp *pipe) create(kg uint32, h uint64, key []byte, start, end int64) *windo
 	if g == nil {
 		g = &endGroup{end: end}
 		pp.ends[end] = g
+		pp.minEnd = min(pp.minEnd, end)
 	}
 	g.wins = append(g.wins, w)
 	pp.nwin++
@@ -172,6 +191,43 @@ func (pp *pipe) remove(w *window) {
 		}
 	}
 	pp.nwin--
+}
+
+// sweep removes from memory the windows of pp that end before bound: all
+// of them when all (expiry), else those that are emitted with nothing to
+// write or emit (eviction: the store holds them whole). It returns how many
+// it removed. Work is only done when some group ends before bound.
+func (pp *pipe) sweep(bound int64, all bool) int {
+	if bound <= pp.minEnd {
+		return 0
+	}
+	n := 0
+	lo := int64(math.MaxInt64)
+	for end, g := range pp.ends {
+		if end >= bound {
+			lo = min(lo, end)
+			continue
+		}
+		kept := g.wins[:0]
+		for _, w := range g.wins {
+			if !all && (w.dirty || w.pending || w.version == 0) {
+				kept = append(kept, w)
+				continue
+			}
+			pp.remove(w)
+			n++
+		}
+		clear(g.wins[len(kept):])
+		g.wins = kept
+		if len(kept) == 0 {
+			delete(pp.ends, end)
+			delete(pp.pending, end) // nothing left to emit
+		} else {
+			lo = min(lo, end)
+		}
+	}
+	pp.minEnd = lo
+	return n
 }
 
 // markPending queues w for emission once the hub watermark passes its end.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/runnel-io/runnel/operators"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
@@ -16,6 +17,11 @@ import (
 // batches with random splits, resends, interleaving, commits, clean restarts
 // and crashes. At the end every window's latest result must be the merge of
 // each edge's last partial of it, and its versions 1..n without gaps.
+//
+// It runs with the default residency (nothing leaves memory) and with small
+// ones, where windows the watermark passed are evicted after each commit
+// and late partials (the edges' watermarks differ, so one edge's window is
+// late for the hub) reload them, also after restarts and crashes.
 
 // entry is one outbox entry: a partial, or a watermark marker when p is nil.
 type entry struct {
@@ -78,14 +84,39 @@ func genOutbox(r *rand.Rand, p *operators.Pipeline, n int) ([]entry, map[winID][
 }
 
 func TestOracle(t *testing.T) {
-	for seed := range uint64(40) {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { runOracle(t, seed) })
+	for _, resident := range []time.Duration{0, time.Nanosecond, 1500 * time.Millisecond} {
+		t.Run(fmt.Sprint("resident=", resident), func(t *testing.T) {
+			var total Status
+			for seed := range uint64(40) {
+				t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+					st := runOracle(t, seed, resident)
+					total.WindowsEvicted += st.WindowsEvicted
+					total.WindowsReloaded += st.WindowsReloaded
+				})
+			}
+			if t.Failed() {
+				return
+			}
+			// The property is only tested if eviction and reload happened.
+			if resident == 0 && total.WindowsEvicted+total.WindowsReloaded != 0 ||
+				resident != 0 && (total.WindowsEvicted == 0 || total.WindowsReloaded == 0) {
+				t.Fatalf("over all seeds: %d windows evicted, %d reloaded", total.WindowsEvicted, total.WindowsReloaded)
+			}
+			t.Logf("over all seeds: %d windows evicted, %d reloaded", total.WindowsEvicted, total.WindowsReloaded)
+		})
 	}
 }
 
-func runOracle(t *testing.T, seed uint64) {
+// runOracle runs one seed with the given Config.Resident and returns the
+// eviction counters summed over the hub's incarnations.
+func runOracle(t *testing.T, seed uint64, resident time.Duration) (total Status) {
 	r := rand.New(rand.NewPCG(seed, 0x6875620a))
-	th := newTestHub(t, nil)
+	th := newTestHub(t, func(c *Config) { c.Resident = resident })
+	count := func() {
+		st := th.Status()
+		total.WindowsEvicted += st.WindowsEvicted
+		total.WindowsReloaded += st.WindowsReloaded
+	}
 	p := th.pipes[0]
 	set := p.Aggregates
 
@@ -138,11 +169,13 @@ func runOracle(t *testing.T, seed uint64) {
 		case x < 85:
 			th.commit()
 		case x < 90:
+			count()
 			th.restart()
 			for _, e := range edges {
 				hello(e)
 			}
 		case x < 95:
+			count()
 			th.crash()
 			for _, e := range edges {
 				hello(e)
@@ -232,6 +265,13 @@ func runOracle(t *testing.T, seed uint64) {
 			t.Fatalf("%v: %d edges, want %d", id, res.Edges, wantEdges[id])
 		}
 	}
+	if resident == time.Nanosecond {
+		// Only the windows ending at the final watermark stay.
+		if st := th.Status(); st.WindowsResident > oracleKeys {
+			t.Fatalf("%d windows resident, want at most %d", st.WindowsResident, oracleKeys)
+		}
+	}
+	count()
 	if st := th.Status(); st.Results != uint64(len(rs)) && st.Commits > 0 {
 		// Results counts this process's emissions only; after restarts it
 		// is less. Pipelines().Results counts what is stored.
@@ -239,4 +279,5 @@ func runOracle(t *testing.T, seed uint64) {
 			t.Fatalf("pipeline results %d, stored %d", pr, len(rs))
 		}
 	}
+	return total
 }

@@ -1,17 +1,17 @@
 package hub
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	bolt "go.etcd.io/bbolt"
 )
 
 // restore creates the buckets of a new store, checks the layout and key
-// groups of an existing one, and loads edges, watermarks, windows and
-// partials into memory.
+// groups of an existing one, and loads edges, watermarks and the resident
+// windows with their partials into memory.
 func (h *Hub) restore() error {
 	return h.db.Update(func(tx *bolt.Tx) error {
 		if err := h.initMeta(tx); err != nil {
@@ -124,54 +124,34 @@ func (h *Hub) restoreEdges(b *bolt.Bucket) error {
 	})
 }
 
+// restorePartials loads the resident windows: per key group bucket and
+// pipeline, the key range of windows ending at or after the pipeline's
+// residentFrom (its hub watermark less Resident; everything without a
+// watermark). Older windows stay in the store until a late partial reloads
+// them or expiry deletes them; their records are checked then.
 func (h *Hub) restorePartials(b *bolt.Bucket) error {
-	err := b.ForEachBucket(func(name []byte) error {
-		if len(name) != 4 || int(binary.BigEndian.Uint32(name)) >= h.keyGroups {
-			return fmt.Errorf("hub: store: key group bucket %x of %d: %w", name, h.keyGroups, ErrCorrupt)
+	for _, pp := range h.pipeList {
+		if pp.hasWM {
+			pp.residentFrom = max(subSat(pp.wm, h.resident), pp.expiredTo)
+			h.residentFrom = max(h.residentFrom, pp.residentFrom)
 		}
-		return b.Bucket(name).ForEach(func(k, v []byte) error {
-			bad := func(err error) error {
-				return fmt.Errorf("hub: store: partials/%x key %x: %v: %w", name, k, err, ErrCorrupt)
-			}
-			pk, err := parsePartialKey(k)
-			if err != nil {
-				return bad(err)
-			}
-			pp := h.pipes[string(pk.pipeline)]
-			if pp == nil {
-				return nil // not configured any more; kept on disk
-			}
-			payload, err := openRecord(k, v)
-			if err != nil {
-				return err
-			}
-			kh := xxhash.Sum64(pk.key)
-			kg := uint32(kh % uint64(h.keyGroups))
-			if kg != binary.BigEndian.Uint32(name) {
-				return bad(fmt.Errorf("key hashes to key group %d", kg))
-			}
-			wh := windowHash(kh, pk.start, pk.end)
-			w := pp.lookup(kg, wh, pk.key, pk.start, pk.end)
-			if w == nil {
-				w = pp.create(kg, wh, pk.key, pk.start, pk.end)
-			}
-			if pk.tag == tagWindow {
-				if w.version, err = parseWindowValue(payload); err != nil {
-					return bad(err)
+	}
+	var seek []byte
+	err := b.ForEachBucket(func(name []byte) error {
+		kg, err := h.kgOf(name)
+		if err != nil {
+			return err
+		}
+		c := b.Bucket(name).Cursor()
+		for _, pp := range h.pipeList {
+			seek = appendTime(append(seek[:0], pp.prefix...), pp.residentFrom)
+			for k, v := c.Seek(seek); k != nil && bytes.HasPrefix(k, pp.prefix); k, v = c.Next() {
+				if _, err := h.loadRecord(pp, kg, k, v); err != nil {
+					return err
 				}
-				return nil
 			}
-			epoch, seq, version, state, err := parsePartialValue(payload)
-			if err != nil {
-				return bad(err)
-			}
-			if err := pp.set.MergeEncoded(pp.merged, state); err != nil {
-				return bad(err) // checked now so that emit can rely on it
-			}
-			e := h.edgeFor(string(pk.edge), 0)
-			w.parts = append(w.parts, part{edge: e.idx, epoch: epoch, seq: seq, version: version, state: append([]byte(nil), state...)})
-			return nil
-		})
+		}
+		return nil
 	})
 	if err != nil {
 		return err

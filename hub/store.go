@@ -14,7 +14,9 @@ import (
 // frame, apart from the code that decides what to write.
 
 // storeFormat is meta/format: the layout version of the whole file.
-const storeFormat = 1
+// Format 2 put a window's end before its start in partials keys, so that
+// expiry and the resident load at Open are key ranges.
+const storeFormat = 2
 
 // recordVersion is the leading byte of every value.
 const recordVersion = 1
@@ -136,13 +138,21 @@ func readEscaped(dst, b []byte) (key, rest []byte, err error) {
 	}
 }
 
-// appendWindowPrefix appends the partials-bucket prefix of a window:
-// u8 len(pipeline) | pipeline | start | end | escaped key.
-func appendWindowPrefix(dst []byte, pipeline string, start, end int64, key []byte) []byte {
+// appendPipePrefix appends the partials-bucket prefix of a pipeline's
+// windows: u8 len(pipeline) | pipeline. No pipeline's prefix is a prefix
+// of another's.
+func appendPipePrefix(dst []byte, pipeline string) []byte {
 	dst = append(dst, byte(len(pipeline)))
-	dst = append(dst, pipeline...)
-	dst = appendTime(dst, start)
+	return append(dst, pipeline...)
+}
+
+// appendWindowPrefix appends the partials-bucket prefix of a window:
+// pipe prefix | end | start | escaped key. Within a pipeline, windows sort
+// by end, so the windows ending before a bound are one key range.
+func appendWindowPrefix(dst []byte, pipeline string, start, end int64, key []byte) []byte {
+	dst = appendPipePrefix(dst, pipeline)
 	dst = appendTime(dst, end)
+	dst = appendTime(dst, start)
 	return appendEscaped(dst, key)
 }
 
@@ -162,8 +172,8 @@ func parsePartialKey(k []byte) (partialKey, error) {
 	}
 	n := int(k[0])
 	pk.pipeline = k[1 : 1+n]
-	pk.start = readTime(k[1+n:])
-	pk.end = readTime(k[1+n+8:])
+	pk.end = readTime(k[1+n:])
+	pk.start = readTime(k[1+n+8:])
 	key, rest, err := readEscaped(nil, k[1+n+16:])
 	if err != nil {
 		return pk, err
