@@ -3,11 +3,11 @@ package config
 import (
 	"bytes"
 	"flag"
-	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/runnel-io/runnel/internal/settings/settingstest"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/edge-config.md and the golden files under testdata/")
@@ -52,40 +52,7 @@ func TestDocsExampleLoads(t *testing.T) {
 
 func checkGolden(t *testing.T, path, got string) {
 	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s is stale (go test ./edge/config -update rewrites it); diff:\n%s", path, lineDiff(string(want), got))
-	}
-}
-
-// lineDiff shows the first lines that differ, enough to see what changed.
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	shown := 0
-	for i := 0; i < max(len(w), len(g)) && shown < 10; i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			fmt.Fprintf(&b, "line %d:\n  want: %s\n  got:  %s\n", i+1, wl, gl)
-			shown++
-		}
-	}
-	return b.String()
+	settingstest.Golden(t, path, got, *update)
 }
 
 const docsIntro = `# Edge configuration
