@@ -57,6 +57,7 @@ type Auth struct {
 type Merge struct {
 	EdgeTimeout    time.Duration
 	Retention      time.Duration
+	Resident       time.Duration
 	CommitInterval time.Duration
 	KeyGroups      int
 }

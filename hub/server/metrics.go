@@ -41,14 +41,17 @@ var (
 	descCommitOK    = prometheus.NewDesc("runnel_hub_commit_healthy", "1 while commits succeed, 0 after a failed one.", nil, nil)
 	descEdgesLive   = prometheus.NewDesc("runnel_hub_edges_live", "Edges heard from within the edge timeout.", nil, nil)
 	descEdgesKnown  = prometheus.NewDesc("runnel_hub_edges_known", "Edges the hub has state for.", nil, nil)
-	descOpenWindows = prometheus.NewDesc("runnel_hub_open_windows", "Windows held open, waiting for the hub watermark.", nil, nil)
+	descOpenWindows = prometheus.NewDesc("runnel_hub_open_windows", "Windows held in memory (not emitted yet, or within merge.resident of the hub watermark).", nil, nil)
+	descEvicted     = prometheus.NewDesc("runnel_hub_windows_evicted_total", "Emitted windows dropped from memory (they stay in the store).", nil, nil)
+	descReloaded    = prometheus.NewDesc("runnel_hub_windows_reloaded_total", "Windows read back from the store for a late partial.", nil, nil)
+	descExpired     = prometheus.NewDesc("runnel_hub_partials_expired_total", "Partials dropped because their window is past retention.", nil, nil)
 	descWatermark   = prometheus.NewDesc("runnel_hub_watermark_seconds", "Hub watermark (min over live edges), Unix seconds; absent before any edge reported one.", []string{"pipeline"}, nil)
 	descPResults    = prometheus.NewDesc("runnel_hub_pipeline_results", "Result versions stored, per pipeline.", []string{"pipeline"}, nil)
 )
 
 func (c coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBatches, descBatchesDup, descPartials, descPartialsDup, descResults, descCommits,
-		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descWatermark, descPResults} {
+		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descEvicted, descReloaded, descExpired, descWatermark, descPResults} {
 		ch <- d
 	}
 }
@@ -76,6 +79,9 @@ func (c coreCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descEdgesLive, float64(st.EdgesLive))
 	gauge(descEdgesKnown, float64(st.EdgesKnown))
 	gauge(descOpenWindows, float64(st.OpenWindows))
+	counter(descEvicted, st.WindowsEvicted)
+	counter(descReloaded, st.WindowsReloaded)
+	counter(descExpired, st.PartialsExpired)
 	for _, p := range c.core.Pipelines() {
 		if p.HasWatermark {
 			gauge(descWatermark, float64(p.Watermark)/1e3, p.Pipeline.Name)
