@@ -92,6 +92,14 @@ type Options struct {
 	// Verify says how much of an existing file Open checks. The zero value
 	// is VerifyFull.
 	Verify Verify
+
+	// MmapBytes is the address space the file is mapped with at first.
+	// Growing the mapping makes bbolt copy every node of the writing
+	// transaction out of the old one, which large commits feel; reserving
+	// it up front avoids that (file pages are read in only as touched).
+	// Zero means bbolt's default (grow from 32 KiB). A stored file larger
+	// than it is mapped whole.
+	MmapBytes int
 }
 
 // EnsureDefaults returns a copy of o with every zero field set to its
@@ -117,6 +125,9 @@ func (o Options) Validate() error {
 	}
 	if o.CacheBytes < 0 {
 		bad("CacheBytes is %d, must be >= 0", o.CacheBytes)
+	}
+	if o.MmapBytes < 0 {
+		bad("MmapBytes is %d, must be >= 0", o.MmapBytes)
 	}
 	if o.KeyGroups < 0 || o.KeyGroups > MaxKeyGroups {
 		bad("KeyGroups is %d, must be in [1, %d] (or 0 for the default)", o.KeyGroups, MaxKeyGroups)

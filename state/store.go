@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -105,10 +104,6 @@ var testPageSize int
 // (a page the verification did not cover, with VerifyQuick) becomes an
 // ErrCorrupt error; the file is closed, but the mapping bbolt made before it
 // panicked is leaked, as bbolt gives no handle to unmap it.
-// initialMmapSize is the address space the state file is mapped with at
-// first: 1 GiB, or 256 MiB where address space is scarce (32-bit ARM).
-const initialMmapSize = 1<<28 + (strconv.IntSize/64)*(3<<28)
-
 func openBolt(path string, f *os.File, o Options) (db *bolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -120,15 +115,11 @@ func openBolt(path string, f *os.File, o Options) (db *bolt.DB, err error) {
 	db, err = bolt.Open(path, o.FileMode, &bolt.Options{
 		// The file is already locked (lockFile); bbolt's own flock on the
 		// same descriptor succeeds at once.
-		Timeout:      o.Timeout,
-		NoSync:       o.NoSync,
-		FreelistType: bolt.FreelistMapType,
-		PageSize:     testPageSize,
-		// Growing the mapping makes bbolt copy every node of the writing
-		// transaction out of the old one: with large checkpoints that was
-		// a sixth of recovery's time. Reserve address space up front (file
-		// pages are only read in as touched).
-		InitialMmapSize: initialMmapSize,
+		Timeout:         o.Timeout,
+		NoSync:          o.NoSync,
+		FreelistType:    bolt.FreelistMapType,
+		PageSize:        testPageSize,
+		InitialMmapSize: o.MmapBytes,
 		OpenFile: func(string, int, os.FileMode) (*os.File, error) {
 			return f, nil
 		},
