@@ -21,6 +21,7 @@ import (
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/grpczstd"
 	"github.com/runnel-io/runnel/sync/uplink"
+	"github.com/runnel-io/runnel/sync/uplink/uplinktest"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
 
@@ -121,38 +122,6 @@ func BenchmarkUplinkBytes(b *testing.B) {
 	}
 }
 
-// memOutbox is a committed outbox in memory, for the throughput
-// benchmark.
-type memOutbox struct {
-	es    []uplink.Entry
-	grew  chan struct{}
-	mu    sync.Mutex
-	acked uint64
-	done  chan struct{}
-}
-
-func (o *memOutbox) Committed() (uint64, <-chan struct{}) { return uint64(len(o.es)) + 1, o.grew }
-func (o *memOutbox) Read(from uint64, fn func(*uplink.Entry) bool) error {
-	for i := from; i >= 1 && i <= uint64(len(o.es)); i++ {
-		if !fn(&o.es[i-1]) {
-			break
-		}
-	}
-	return nil
-}
-func (o *memOutbox) Epoch() uint64         { return 1 }
-func (o *memOutbox) SetEpoch(uint64) error { return nil }
-func (o *memOutbox) Ack(seq uint64) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if seq > o.acked {
-		o.acked = seq
-		if seq == uint64(len(o.es)) {
-			close(o.done)
-		}
-	}
-}
-
 // BenchmarkUplinkToHub measures partials/s from edges' outboxes to a hub
 // over loopback gRPC (zstd, tokens, plaintext), until the hub has made
 // every partial durable (bbolt with fsync) and acked it. Each op is one
@@ -180,9 +149,10 @@ func BenchmarkUplinkToHub(b *testing.B) {
 			}
 			defer srv.Shutdown(context.Background())
 			per := max(b.N/edges, 1)
-			obs := make([]*memOutbox, edges)
+			obs := make([]*uplinktest.Outbox, edges)
 			for e := range edges {
-				obs[e] = &memOutbox{es: partials(p, per, uint64(e)), grew: make(chan struct{}), done: make(chan struct{})}
+				obs[e] = uplinktest.New()
+				obs[e].Add(partials(p, per, uint64(e))...)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
@@ -198,7 +168,7 @@ func BenchmarkUplinkToHub(b *testing.B) {
 				wg.Go(func() { u.Run(ctx) })
 			}
 			for _, o := range obs {
-				<-o.done
+				<-o.Done()
 			}
 			elapsed := time.Since(began)
 			b.StopTimer()

@@ -17,6 +17,7 @@ import (
 
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/uplink"
+	"github.com/runnel-io/runnel/sync/uplink/uplinktest"
 )
 
 // These tests run the uplink against a small hub written here (real gRPC
@@ -24,71 +25,6 @@ import (
 // uplink in the end-to-end tests.
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// memOutbox is an uplink.Outbox in memory.
-type memOutbox struct {
-	mu      sync.Mutex
-	entries []uplink.Entry // seq = index + 1
-	deleted uint64         // entries up to here are gone
-	grew    chan struct{}
-	epoch   uint64
-	acked   uint64
-}
-
-func newOutbox() *memOutbox { return &memOutbox{grew: make(chan struct{}), epoch: 1} }
-
-func (o *memOutbox) add(es ...uplink.Entry) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, e := range es {
-		e.Seq = uint64(len(o.entries)) + 1
-		o.entries = append(o.entries, e)
-	}
-	close(o.grew)
-	o.grew = make(chan struct{})
-}
-
-func (o *memOutbox) Committed() (uint64, <-chan struct{}) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return uint64(len(o.entries)) + 1, o.grew
-}
-
-func (o *memOutbox) Read(from uint64, fn func(*uplink.Entry) bool) error {
-	o.mu.Lock()
-	es := o.entries
-	from = max(from, o.deleted+1)
-	o.mu.Unlock()
-	for i := from; i <= uint64(len(es)); i++ {
-		e := es[i-1]
-		if !fn(&e) {
-			break
-		}
-	}
-	return nil
-}
-
-func (o *memOutbox) Epoch() uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.epoch
-}
-
-func (o *memOutbox) SetEpoch(e uint64) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.epoch = e
-	return nil
-}
-
-func (o *memOutbox) Ack(seq uint64) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if seq > o.acked {
-		o.acked = seq
-		o.deleted = seq // the edge deletes at its next checkpoint; at once here
-	}
-}
 
 // fakeHub applies batches in order per (edge, epoch) and acks each one.
 // failEvery > 0 ends a stream with Unavailable after a random number of
@@ -207,13 +143,11 @@ func entries(n int) []uplink.Entry {
 	return es
 }
 
-func waitAcked(t *testing.T, ob *memOutbox, seq uint64) {
+func waitAcked(t *testing.T, ob *uplinktest.Outbox, seq uint64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ob.mu.Lock()
-		a := ob.acked
-		ob.mu.Unlock()
+		a := ob.Acked()
 		if a >= seq {
 			return
 		}
@@ -229,12 +163,12 @@ func waitAcked(t *testing.T, ob *memOutbox, seq uint64) {
 // also for entries committed while the uplink runs.
 func TestDrainsThroughFailures(t *testing.T) {
 	h := &fakeHub{got: map[uint64]int{}, wm: map[string]int64{}, failEvery: 4}
-	ob := newOutbox()
+	ob := uplinktest.New()
 	es := entries(1000)
-	ob.add(es[:400]...)
+	ob.Add(es[:400]...)
 	u, stop := start(t, serve(t, h), ob)
 	for i := 400; i < len(es); i += 50 {
-		ob.add(es[i : i+50]...)
+		ob.Add(es[i : i+50]...)
 		time.Sleep(time.Millisecond)
 	}
 	waitAcked(t, ob, uint64(len(es)))
@@ -264,8 +198,8 @@ func TestDrainsThroughFailures(t *testing.T) {
 // hub acked past what it committed) starts a new epoch and resends.
 func TestNewEpochWhenHubKnowsMore(t *testing.T) {
 	h := &fakeHub{got: map[uint64]int{}, wm: map[string]int64{}, epoch: 1, acked: 500}
-	ob := newOutbox()
-	ob.add(entries(100)...)
+	ob := uplinktest.New()
+	ob.Add(entries(100)...)
 	u, stop := start(t, serve(t, h), ob)
 	waitAcked(t, ob, 100)
 	stop()
@@ -285,8 +219,8 @@ func TestNewEpochWhenHubKnowsMore(t *testing.T) {
 // TestFencedEpochMovesOn: a fenced epoch is replaced by the next one.
 func TestFencedEpochMovesOn(t *testing.T) {
 	h := &fakeHub{got: map[uint64]int{}, wm: map[string]int64{}, epoch: 3, fence: 3}
-	ob := newOutbox()
-	ob.add(entries(20)...)
+	ob := uplinktest.New()
+	ob.Add(entries(20)...)
 	_, stop := start(t, serve(t, h), ob)
 	waitAcked(t, ob, 20)
 	stop()
@@ -301,10 +235,10 @@ func TestFencedEpochMovesOn(t *testing.T) {
 // though it lies beyond MaxUnacked of sequence 0.
 func TestOutboxStartingFarAhead(t *testing.T) {
 	h := &fakeHub{got: map[uint64]int{}, wm: map[string]int64{}}
-	ob := newOutbox()
+	ob := uplinktest.New()
 	es := entries(50_100)
-	ob.add(es...)
-	ob.deleted = 50_000
+	ob.Add(es...)
+	ob.DeleteThrough(50_000)
 	_, stop := start(t, serve(t, h), ob)
 	waitAcked(t, ob, uint64(len(es)))
 	stop()
