@@ -21,6 +21,7 @@ import (
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/internal/testproc"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/state"
 )
@@ -416,7 +417,7 @@ func killedNode(t *testing.T) *killed {
 		cmd := exec.Command(bin, "run", "--pipeline", specPath, "--data-dir", k.dir, "--broker-url", k.mosq.Addr(),
 			"--edge-id", "dmg", "--checkpoint-interval", "1h", "--http-addr", addr,
 			"--ingest-log-segment-size", fmt.Sprintf("%dB", damageSegment))
-		stderr := &syncBuffer{}
+		stderr := &testproc.Buffer{}
 		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package edge_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/internal/testproc"
 )
 
 const crashSpec = `name: crash
@@ -32,24 +31,7 @@ aggregates: {n: count(), sum: sum(v)}
 // edgeProc is one runnel-edge process of the crash test.
 type edgeProc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	stderr *testproc.Buffer
 }
 
 // TestCrashExactlyOnce kills a real runnel-edge process with SIGKILL at
@@ -74,7 +56,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	mosq := testbroker.Start(t)
 
 	start := func() *edgeProc {
-		p := &edgeProc{stderr: &syncBuffer{}}
+		p := &edgeProc{stderr: &testproc.Buffer{}}
 		p.cmd = exec.Command(bin, "run", "--pipeline", specPath, "--data-dir", data,
 			"--broker-url", mosq.Addr(), "--edge-id", "crash", "--checkpoint-interval", "100ms", "--http-addr=")
 		p.cmd.Stderr = p.stderr

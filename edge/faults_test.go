@@ -14,6 +14,7 @@ import (
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/internal/testproc"
 )
 
 // The fault tests (broker restart, malformed payloads, damaged files) run
@@ -118,7 +119,7 @@ func (nd *testNode) waitCheckpoint(pos uint64) {
 // the fault tests wait for or check: the log position of the last
 // checkpoint, and the attributes of "edge: opened" and of a cut torn tail.
 type nodeLog struct {
-	text    *syncBuffer
+	text    *testproc.Buffer
 	h       slog.Handler
 	ckptPos atomic.Uint64
 	mu      sync.Mutex
@@ -127,7 +128,7 @@ type nodeLog struct {
 }
 
 func newNodeLog() *nodeLog {
-	b := &syncBuffer{}
+	b := &testproc.Buffer{}
 	return &nodeLog{text: b, h: slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})}
 }
 

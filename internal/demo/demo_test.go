@@ -1,31 +1,19 @@
 package demo_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/runnel-io/runnel/internal/demo"
+	"github.com/runnel-io/runnel/internal/testproc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
 
 // TestDemo runs the demo briefly, with the last edge offline for a few
 // seconds: merged results come out, and the edge's return corrects
@@ -34,14 +22,14 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 16 s")
 	}
-	var out syncBuffer
+	var out testproc.Buffer
 	err := demo.Run(context.Background(), demo.Options{Edges: 3, Duration: 16 * time.Second,
 		OfflineAt: 3 * time.Second, OfflineFor: 5 * time.Second, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Out: &out, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := out.b.String()
+	text := out.String()
 	back := strings.Index(text, "edge-3 is back")
 	if back < 0 {
 		t.Fatalf("edge-3 never came back:\n%s", text)

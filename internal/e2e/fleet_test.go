@@ -3,17 +3,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/internal/testproc"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
 
@@ -41,58 +38,6 @@ allowed_lateness: 1h
 aggregates: {n: count(), sum: sum(v), lo: min(v), hi: max(v)}
 `
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// proc is a restartable process.
-type proc struct {
-	name string
-	args []string
-	cmd  *exec.Cmd
-	logs *syncBuffer
-}
-
-func (p *proc) start(t *testing.T) {
-	t.Helper()
-	p.logs = &syncBuffer{}
-	p.cmd = exec.Command(p.args[0], p.args[1:]...)
-	p.cmd.Stderr = p.logs
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", p.name, err)
-	}
-}
-
-func (p *proc) kill() {
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	p.cmd.Wait()
-}
-
-func (p *proc) waitLog(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(p.logs.String(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %q in its log:\n%s", p.name, s, p.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -101,14 +46,6 @@ func freePort(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func buildBinaries(t *testing.T, dir string) {
-	t.Helper()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "../../cmd/runnel-edge", "../../cmd/runnel-hub")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
 }
 
 // fault is one network fault the proxy can inject.
@@ -145,7 +82,7 @@ func TestFleetExactlyOnceUnderFaults(t *testing.T) {
 		lineKeys = 4
 	)
 	dir := t.TempDir()
-	buildBinaries(t, dir)
+	testproc.Build(t, dir, "../../cmd/runnel-edge", "../../cmd/runnel-hub")
 	mosq := testbroker.Start(t)
 
 	hubAddr := freePort(t)
@@ -162,11 +99,11 @@ func TestFleetExactlyOnceUnderFaults(t *testing.T) {
 	}
 	hubSpec := write("hub.yaml", strings.ReplaceAll(fleetSpec, "EDGE", "+"))
 	tokFile := write("tokens", tokens.String())
-	hub := &proc{name: "hub", args: []string{filepath.Join(dir, "runnel-hub"), "--data-dir", filepath.Join(dir, "hub"),
+	hub := &testproc.Proc{Name: "hub", Args: []string{filepath.Join(dir, "runnel-hub"), "--data-dir", filepath.Join(dir, "hub"),
 		"--pipeline", hubSpec, "--grpc-addr", hubAddr, "--http-addr", "127.0.0.1:0", "--edge-tokens-file", tokFile,
 		"--edge-timeout", "2s", "--commit-interval", "20ms"}}
-	hub.start(t)
-	defer func() { hub.kill() }()
+	hub.Start(t)
+	defer func() { hub.Kill() }()
 
 	// The proxy every uplink goes through.
 	tp := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
@@ -176,24 +113,24 @@ func TestFleetExactlyOnceUnderFaults(t *testing.T) {
 	}
 	defer proxy.Stop()
 
-	procs := make([]*proc, edges)
+	procs := make([]*testproc.Proc, edges)
 	for e := range edges {
 		id := fmt.Sprintf("e%02d", e)
 		spec := write(id+".yaml", strings.ReplaceAll(fleetSpec, "EDGE", id))
-		procs[e] = &proc{name: id, args: []string{filepath.Join(dir, "runnel-edge"), "run", "--pipeline", spec,
+		procs[e] = &testproc.Proc{Name: id, Args: []string{filepath.Join(dir, "runnel-edge"), "run", "--pipeline", spec,
 			"--data-dir", filepath.Join(dir, id), "--broker-url", mosq.Addr(), "--edge-id", id,
 			"--checkpoint-interval", "100ms", "--http-addr=", "--uplink-hub", proxy.Listen,
 			"--uplink-token", fmt.Sprintf("fleet-token-%02d-0123456789", e), "--uplink-insecure"}}
-		procs[e].start(t)
+		procs[e].Start(t)
 	}
 	defer func() {
 		for _, p := range procs {
-			p.kill()
+			p.Kill()
 		}
 	}()
 	// Every edge has its persistent session before the first reading.
 	for _, p := range procs {
-		p.waitLog(t, "edge: ready")
+		p.WaitLog(t, "edge: ready")
 	}
 
 	type reading struct {
@@ -250,15 +187,15 @@ func TestFleetExactlyOnceUnderFaults(t *testing.T) {
 			nFaults++
 			faultCount[f.name]++
 		case x < 6 && time.Now().After(next): // the hub, at most every 2 s
-			hub.kill()
+			hub.Kill()
 			hubKills++
-			hub.start(t)
+			hub.Start(t)
 			next = time.Now().Add(2 * time.Second)
 		case x < 9:
 			p := procs[rng.IntN(edges)]
-			p.kill()
+			p.Kill()
 			edgeKills++
-			p.start(t)
+			p.Start(t)
 		default:
 			proxy.Toxics.ResetToxics(context.Background())
 		}
@@ -358,7 +295,7 @@ func TestFleetExactlyOnceUnderFaults(t *testing.T) {
 			}
 			t.Error(b)
 		}
-		t.Logf("hub log tail:\n%s", tail(hub.logs.String(), 3000))
+		t.Logf("hub log tail:\n%s", tail(hub.Logs.String(), 3000))
 		t.FailNow()
 	}
 }
