@@ -244,38 +244,6 @@ func TestV311QoS0(t *testing.T) {
 	}
 }
 
-func TestV311TLS(t *testing.T) {
-	m := testbroker.StartWith(t, testbroker.Options{TLS: true})
-	b := mosquittoUnderTest(m)
-	cfg := cfg311(b, "v311-tls")
-	cfg.Brokers = []string{m.TLSAddr()}
-	cfg.TLS = &TLSConfig{CAFile: m.CAFile()}
-	src, ch := startSource(t, cfg, 100)
-	pub := testbroker.NewPublisher(t, m.HostPort())
-	publishSeq(t, pub, "sensors/tls", 0, 50)
-	expectSeqs(t, ch, seqRange(0, 50), func(int) bool { return false })
-	closeSource(t, src)
-	assertDrained311(t, b, "v311-tls")
-
-	bad := cfg311(b, "v311-tls-bad")
-	bad.Brokers = []string{m.TLSAddr()}
-	bad.TLS = &TLSConfig{CAFile: m.CAFile(), ServerName: "not-the-broker"}
-	bad.Logger, bad.ConnectRetryMin, bad.ConnectRetryMax = quietLogger(), 10*time.Millisecond, 20*time.Millisecond
-	src, err := Start(t.Context(), bad, func(Message, func()) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeSource(t, src)
-	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
-	defer cancel()
-	if err := src.WaitConnected(ctx); err == nil {
-		t.Fatal("connected although the certificate is not for ServerName")
-	}
-	if st := src.Stats(); st.ConnectFailures == 0 || st.Connects != 0 {
-		t.Fatalf("Stats() = %+v", st)
-	}
-}
-
 // CleanStart discards what the broker queued for the ClientID, and the
 // session is persistent afterwards: messages published while the source
 // is away after that are kept for it.

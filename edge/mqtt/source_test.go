@@ -460,36 +460,47 @@ func TestStartRejectsBadInput(t *testing.T) {
 }
 
 // mqtts:// with the broker's CA: connects, receives, acks (over the locked
-// connection wrapper that TLS needs). A wrong ServerName does not connect.
+// connection wrapper that TLS needs), in both protocols. A wrong
+// ServerName does not connect.
 func TestTLS(t *testing.T) {
 	m := testbroker.StartWith(t, testbroker.Options{TLS: true})
 	b := mosquittoUnderTest(m)
-	cfg := cfgFor(b, "tls")
-	cfg.Brokers = []string{m.TLSAddr()}
-	cfg.TLS = &TLSConfig{CAFile: m.CAFile()}
-	src, ch := startSource(t, cfg, 100)
-	pub := testbroker.NewPublisher(t, m.HostPort())
-	publishSeq(t, pub, "sensors/tls", 0, 50)
-	expectSeqs(t, ch, seqRange(0, 50), func(int) bool { return false })
-	closeSource(t, src)
-	assertDrained(t, b, "tls")
+	for _, proto := range []Protocol{ProtocolV5, ProtocolV311} {
+		t.Run("protocol="+string(proto), func(t *testing.T) {
+			config := func(id string) Config {
+				c := cfgFor(b, "tls-"+string(proto)+"-"+id)
+				c.Protocol = proto
+				c.Brokers = []string{m.TLSAddr()}
+				c.TLS = &TLSConfig{CAFile: m.CAFile()}
+				return c
+			}
+			cfg := config("good")
+			src, ch := startSource(t, cfg, 100)
+			pub := testbroker.NewPublisher(t, m.HostPort())
+			publishSeq(t, pub, "sensors/tls", 0, 50)
+			expectSeqs(t, ch, seqRange(0, 50), func(int) bool { return false })
+			closeSource(t, src)
+			drained, ch := startSource(t, cfg, 1<<16)
+			nothingWithin(t, ch, 300*time.Millisecond, "everything was acknowledged")
+			closeSource(t, drained)
 
-	bad := cfgFor(b, "tls-bad")
-	bad.Brokers = []string{m.TLSAddr()}
-	bad.TLS = &TLSConfig{CAFile: m.CAFile(), ServerName: "not-the-broker"}
-	bad.Logger, bad.ConnectRetryMin, bad.ConnectRetryMax = quietLogger(), 10*time.Millisecond, 20*time.Millisecond
-	src, err := Start(t.Context(), bad, func(Message, func()) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeSource(t, src)
-	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
-	defer cancel()
-	if err := src.WaitConnected(ctx); err == nil {
-		t.Fatal("connected although the certificate is not for ServerName")
-	}
-	if st := src.Stats(); st.ConnectFailures == 0 || st.Connects != 0 {
-		t.Fatalf("Stats() = %+v", st)
+			bad := config("bad")
+			bad.TLS.ServerName = "not-the-broker"
+			bad.Logger, bad.ConnectRetryMin, bad.ConnectRetryMax = quietLogger(), 10*time.Millisecond, 20*time.Millisecond
+			src, err := Start(t.Context(), bad, func(Message, func()) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeSource(t, src)
+			ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+			defer cancel()
+			if err := src.WaitConnected(ctx); err == nil {
+				t.Fatal("connected although the certificate is not for ServerName")
+			}
+			if st := src.Stats(); st.ConnectFailures == 0 || st.Connects != 0 {
+				t.Fatalf("Stats() = %+v", st)
+			}
+		})
 	}
 }
 
