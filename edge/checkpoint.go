@@ -1,11 +1,11 @@
 package edge
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/runnel-io/runnel/edge/ingestlog"
@@ -44,6 +44,7 @@ type ckptPart struct {
 type stagingSink struct {
 	p      *operators.Pipeline
 	parts  chan<- ckptPart
+	groups int // the store's key groups: the opLog splits by them
 	staged []staged
 	wm     int64 // watermark of the last marker handed over
 }
@@ -93,69 +94,11 @@ func (s *stagingSink) Barrier(b *operators.Barrier) error {
 	}
 	clear(s.staged[len(keep):])
 	s.staged = keep
-	part.ops = &opLog{}
+	part.ops = newOpLog(s.groups)
 	if err := b.Changes(part.ops); err != nil {
 		return err
 	}
 	s.parts <- part
-	return nil
-}
-
-// opLog records snapshot operations until the writer applies them to the
-// pipeline's state namespace.
-type opLog struct{ ops []stateOp }
-
-type stateOp struct {
-	op         byte // 'P', 'D', 'X'
-	hash       uint64
-	key, value []byte
-}
-
-func (l *opLog) Put(h uint64, k, v []byte) error {
-	l.ops = append(l.ops, stateOp{'P', h, bytes.Clone(k), bytes.Clone(v)})
-	return nil
-}
-
-func (l *opLog) Delete(h uint64, k []byte) error {
-	l.ops = append(l.ops, stateOp{'D', h, bytes.Clone(k), nil})
-	return nil
-}
-
-func (l *opLog) DeletePrefix(p []byte) error {
-	l.ops = append(l.ops, stateOp{'X', 0, bytes.Clone(p), nil})
-	return nil
-}
-
-// apply plays the operations onto ns, each key in the group its hash picks.
-func (l *opLog) apply(st *state.Store, ns *state.Namespace) error {
-	for _, o := range l.ops {
-		var err error
-		switch o.op {
-		case 'P':
-			err = ns.Put(st.GroupOf(o.hash), o.key, o.value)
-		case 'D':
-			err = ns.Delete(st.GroupOf(o.hash), o.key)
-		default:
-			for g := range st.KeyGroups() {
-				var doomed [][]byte
-				err = ns.ScanPrefix(g, o.key, func(k, _ []byte) error {
-					doomed = append(doomed, bytes.Clone(k))
-					return nil
-				})
-				for _, k := range doomed {
-					if err == nil {
-						err = ns.Delete(g, k)
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -242,28 +185,6 @@ func DecodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 	return e, nil
 }
 
-// stateNamespace names the state namespace of a pipeline's runtime.
-func stateNamespace(pipeline string) string { return "pipeline/" + pipeline }
-
-// restoreFrom loads a pipeline's state from its namespace, every key group.
-func restoreFrom(st *state.Store, pipeline string) func(fn func(uint64, []byte, []byte) error) error {
-	return func(fn func(uint64, []byte, []byte) error) error {
-		ns, err := st.Namespace(stateNamespace(pipeline))
-		if err != nil {
-			return err
-		}
-		for g := range st.KeyGroups() {
-			err := ns.Scan(g, func(k, v []byte) error {
-				return fn(0, k, v) // the runtime recomputes the hash
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-}
-
 // writer commits checkpoints as their parts arrive, in id order.
 func (n *node) writer(ctx context.Context) error {
 	pending := map[uint64][]ckptPart{}
@@ -298,24 +219,12 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	entries := 0
 	var sideN uint32
 	var changeBytes, outboxBytes, freed int64
-	// The state changes go into the pipelines' namespaces first; the
-	// commit then writes them with the outbox and the metadata in one
-	// transaction. Only the writer touches the store, so nothing of a later
-	// checkpoint can slip in.
-	for _, p := range parts {
-		if p.isPos {
-			continue
-		}
-		ns, err := n.store.Namespace(stateNamespace(p.pipe))
-		if err == nil {
-			err = p.ops.apply(n.store, ns)
-		}
-		for _, o := range p.ops.ops {
-			changeBytes += int64(len(o.key) + len(o.value))
-		}
-		if err != nil {
-			return fmt.Errorf("edge: checkpoint %d: pipeline %s state: %w", id, p.pipe, err)
-		}
+	// Only the writer touches the store, so nothing of a later checkpoint
+	// can slip in. The pipelines' statistics change with the transaction:
+	// they are put back if it fails.
+	saved := make([][]groupStat, len(n.pipes))
+	for i, ps := range n.pipes {
+		saved[i] = slices.Clone(ps.state.groups)
 	}
 	_, err := n.store.Commit(func(tx *state.Tx) error {
 		outbox, err := tx.Bucket(bucketOutbox)
@@ -335,6 +244,11 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				c.Pos = p.pos
 				continue
 			}
+			ps := n.pipe(p.pipe)
+			if _, err := ps.state.write(tx, p.ops, id); err != nil {
+				return fmt.Errorf("pipeline %s state: %w", p.pipe, err)
+			}
+			changeBytes += p.ops.bytes
 			out := p.out
 			if p.hasWM {
 				out = append(out, encodeWatermark(nil, p.pipe, p.wm))
@@ -369,6 +283,9 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		return meta.Put([]byte("last"), c.encode())
 	})
 	if err != nil {
+		for i, ps := range n.pipes {
+			ps.state.groups = saved[i]
+		}
 		n.status.checkpointErr.Store(err.Error())
 		return fmt.Errorf("edge: checkpoint %d: %w", id, err)
 	}

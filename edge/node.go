@@ -98,10 +98,11 @@ type node struct {
 }
 
 type pipe struct {
-	p    *operators.Pipeline
-	rt   *operators.Runtime
-	sink *stagingSink
-	outs *fileOutputs
+	p     *operators.Pipeline
+	rt    *operators.Runtime
+	sink  *stagingSink
+	outs  *fileOutputs
+	state *pipeState // its operator state in the store (opstate.go)
 }
 
 // checkpoint is the metadata of the last committed checkpoint.
@@ -118,8 +119,13 @@ const (
 	bucketDead       = "deadletter"
 )
 
+// Checkpoint metadata version 2: the pipelines' operator state is in
+// op records and bases (opstate.go). Version 1 kept it in state's
+// namespaces, which this build no longer reads.
+const checkpointVersion = 2
+
 func (c checkpoint) encode() []byte {
-	b := []byte{1}
+	b := []byte{checkpointVersion}
 	b = binary.AppendUvarint(b, c.ID)
 	b = binary.AppendUvarint(b, uint64(c.Pos))
 	return binary.AppendUvarint(b, c.NextSeq)
@@ -127,7 +133,10 @@ func (c checkpoint) encode() []byte {
 
 func decodeCheckpoint(b []byte) (checkpoint, error) {
 	var c checkpoint
-	if len(b) == 0 || b[0] != 1 {
+	switch {
+	case len(b) > 0 && b[0] == 1:
+		return c, fmt.Errorf("edge: checkpoint metadata version 1: written by an older runnel that kept operator state in a layout this build does not read; start from an empty data directory: %w", state.ErrFormat)
+	case len(b) == 0 || b[0] != checkpointVersion:
 		return c, fmt.Errorf("edge: checkpoint metadata: unknown version")
 	}
 	b = b[1:]
@@ -248,11 +257,12 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 			n.closeAll(ctx)
 			return nil, err
 		}
-		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts}, outs: outs}
+		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts, groups: st.KeyGroups()}, outs: outs,
+			state: newPipeState(st.Path(), p.Name, st.KeyGroups())}
 		n.pipes = append(n.pipes, ps)
 		opts := cfg.Runtime
 		if n.last.ID > 0 {
-			opts.Restore = restoreFrom(st, p.Name)
+			opts.Restore = func(fn func(uint64, []byte, []byte) error) error { return ps.state.restore(st, fn) }
 		}
 		rt, err := operators.Start(context.WithoutCancel(ctx), p, ps.sink, opts)
 		if err != nil {
