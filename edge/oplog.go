@@ -184,26 +184,31 @@ func decodeOps(b []byte, f *folder) string {
 	return ""
 }
 
-// decodeBase puts the entries of one base chunk body into f; keys must
-// increase strictly (across chunks: prev is the last key of the previous
-// chunk, and is returned for the next).
-func decodeBase(b []byte, f *folder, prev []byte) ([]byte, string) {
-	for len(b) > 0 {
-		k, rest, ok := cutBytes(b)
-		if !ok || len(k) == 0 {
-			return prev, "truncated or empty key"
+// eachBase calls fn with the entries of a base's chunk bodies, in order;
+// keys must increase strictly. A malformed body gives why != "" (and the
+// chunk's index); an error of fn is returned as err.
+func eachBase(bodies [][]byte, fn func(k, v []byte) error) (chunk int, why string, err error) {
+	var prev []byte
+	for i, b := range bodies {
+		for len(b) > 0 {
+			k, rest, ok := cutBytes(b)
+			if !ok || len(k) == 0 {
+				return i, "truncated or empty key", nil
+			}
+			v, rest, ok := cutBytes(rest)
+			if !ok {
+				return i, "truncated value", nil
+			}
+			if prev != nil && string(k) <= string(prev) {
+				return i, fmt.Sprintf("key %x after %x", k, prev), nil
+			}
+			if err := fn(k, v); err != nil {
+				return i, "", err
+			}
+			prev, b = k, rest
 		}
-		v, rest, ok := cutBytes(rest)
-		if !ok {
-			return prev, "truncated value"
-		}
-		if prev != nil && string(k) <= string(prev) {
-			return prev, fmt.Sprintf("key %x after %x", k, prev)
-		}
-		f.put(k, v)
-		prev, b = k, rest
 	}
-	return prev, ""
+	return 0, "", nil
 }
 
 // cutBytes reads uvarint len | bytes.
@@ -236,12 +241,15 @@ func readHeader(p []byte, format byte, base bool) (chunks int, through uint64, b
 	return int(n), through, p, ""
 }
 
-// folder materializes a group: its base, then its operations in order.
-// A prefix deletion is not applied by walking the map: it is remembered
-// with a sequence number, and an entry survives only if no prefix
-// deletion that covers it came after its put. So replaying n operations
-// over m entries costs O(n + m·p), p the number of distinct prefix
-// lengths (one, for window slices), not O(n·m).
+// folder holds the operations of a group's op records, applied in order,
+// to be laid over the group's base (whose entries come first). A key's
+// last put or delete wins; a prefix deletion is not applied by walking
+// the entries: it is remembered with a sequence number, and an entry
+// survives only if no prefix deletion that covers it came after it (base
+// entries come before every operation). So folding n operations over a
+// base of m entries costs O(n + m·p), p the number of distinct prefix
+// lengths (one, for window slices), not O(n·m), and the base, already in
+// key order, is merged, never sorted or put into a map.
 type folder struct {
 	m   map[string]foldEntry
 	px  map[int]map[string]int // prefix length -> prefix -> seq of its last deletion
@@ -251,6 +259,7 @@ type folder struct {
 type foldEntry struct {
 	v   []byte
 	seq int
+	del bool
 }
 
 func newFolder() *folder {
@@ -265,16 +274,16 @@ func (f *folder) reset() {
 
 func (f *folder) put(k, v []byte) {
 	f.seq++
-	f.m[string(k)] = foldEntry{v, f.seq}
+	f.m[string(k)] = foldEntry{v: v, seq: f.seq}
 }
 
-func (f *folder) del(k []byte) { delete(f.m, string(k)) }
+func (f *folder) del(k []byte) {
+	f.seq++
+	f.m[string(k)] = foldEntry{seq: f.seq, del: true}
+}
 
 func (f *folder) delPrefix(p []byte) {
 	f.seq++
-	if len(f.m) == 0 {
-		return
-	}
 	byLen := f.px[len(p)]
 	if byLen == nil {
 		byLen = map[string]int{}
@@ -283,11 +292,11 @@ func (f *folder) delPrefix(p []byte) {
 	byLen[string(p)] = f.seq
 }
 
-// deleted reports whether a prefix deletion after e covers key k.
-func (f *folder) deleted(k string, e foldEntry) bool {
+// prefixDeleted reports whether a prefix deletion after seq covers k.
+func (f *folder) prefixDeleted(k string, seq int) bool {
 	for l, byLen := range f.px {
 		if l <= len(k) {
-			if s, ok := byLen[k[:l]]; ok && s > e.seq {
+			if s, ok := byLen[k[:l]]; ok && s > seq {
 				return true
 			}
 		}
@@ -295,44 +304,84 @@ func (f *folder) deleted(k string, e foldEntry) bool {
 	return false
 }
 
-// each calls fn with every surviving entry, in no particular order.
-func (f *folder) each(fn func(k string, v []byte) error) error {
-	for k, e := range f.m {
-		if len(f.px) > 0 && f.deleted(k, e) {
-			continue
-		}
-		if err := fn(k, e.v); err != nil {
-			return err
-		}
+// baseLive reports whether base entry k survives the operations.
+func (f *folder) baseLive(k []byte) bool {
+	if _, ok := f.m[string(k)]; ok {
+		return false // an operation decides, see opsLive
 	}
-	return nil
+	return len(f.px) == 0 || !f.prefixDeleted(string(k), 0)
 }
 
-// encodeBase returns the chunk bodies of a base holding f's surviving
-// entries, in key order: uvarint len(key) | key | uvarint len(value) |
-// value, back to back. No entries: no chunks.
-func (f *folder) encodeBase() [][]byte {
+// opLive reports whether the operations leave key k with a value.
+func (f *folder) opLive(k string, e foldEntry) bool {
+	return !e.del && (len(f.px) == 0 || !f.prefixDeleted(k, e.seq))
+}
+
+// materialize calls fn with every entry of the base (its chunk bodies)
+// with the operations applied, in no particular order.
+func (f *folder) materialize(base [][]byte, fn func(k, v []byte) error) (chunk int, why string, err error) {
+	chunk, why, err = eachBase(base, func(k, v []byte) error {
+		if f.baseLive(k) {
+			return fn(k, v)
+		}
+		return nil
+	})
+	if why != "" || err != nil {
+		return chunk, why, err
+	}
+	var kb []byte
+	for k, e := range f.m {
+		if f.opLive(k, e) {
+			kb = append(kb[:0], k...)
+			if err := fn(kb, e.v); err != nil {
+				return 0, "", err
+			}
+		}
+	}
+	return 0, "", nil
+}
+
+// fold returns the chunk bodies of the new base: the base with the
+// operations applied, in key order, each entry uvarint len(key) | key |
+// uvarint len(value) | value. No entries: no chunks. size is a hint of
+// the bytes it will take.
+func (f *folder) fold(base [][]byte, size int) (chunks [][]byte, chunk int, why string) {
 	keys := make([]string, 0, len(f.m))
 	for k, e := range f.m {
-		if len(f.px) == 0 || !f.deleted(k, e) {
+		if f.opLive(k, e) {
 			keys = append(keys, k)
 		}
 	}
 	slices.SortFunc(keys, strings.Compare)
-	var chunks [][]byte
-	var c []byte
-	for _, k := range keys {
+	c := make([]byte, 0, min(size, chunkBytes)+chunkBytes/16)
+	add := func(k, v []byte) {
 		if len(c) >= chunkBytes {
-			chunks, c = append(chunks, c), nil
+			chunks = append(chunks, c)
+			c = make([]byte, 0, min(size, chunkBytes)+chunkBytes/16)
 		}
-		v := f.m[k].v
 		c = binary.AppendUvarint(c, uint64(len(k)))
 		c = append(c, k...)
 		c = binary.AppendUvarint(c, uint64(len(v)))
 		c = append(c, v...)
 	}
-	if c != nil {
+	chunk, why, _ = eachBase(base, func(k, v []byte) error {
+		for len(keys) > 0 && keys[0] < string(k) {
+			add([]byte(keys[0]), f.m[keys[0]].v)
+			keys = keys[1:]
+		}
+		if f.baseLive(k) {
+			add(k, v)
+		}
+		return nil
+	})
+	if why != "" {
+		return nil, chunk, why
+	}
+	for _, k := range keys {
+		add([]byte(k), f.m[k].v)
+	}
+	if len(c) > 0 {
 		chunks = append(chunks, c)
 	}
-	return chunks
+	return chunks, 0, ""
 }

@@ -53,6 +53,10 @@ type pipeState struct {
 	name   string
 	groups []groupStat
 	f      *folder // scratch for compaction
+
+	// The compaction policy (the constants above; tests vary them).
+	foldMin, budget, perAppend int64
+	maxRecs                    int
 }
 
 type groupStat struct {
@@ -63,13 +67,14 @@ type groupStat struct {
 }
 
 func newPipeState(path, name string, groups int) *pipeState {
-	return &pipeState{path: path, name: name, groups: make([]groupStat, groups)}
+	return &pipeState{path: path, name: name, groups: make([]groupStat, groups),
+		foldMin: foldMinBytes, budget: compactBudget, perAppend: compactPerAppend, maxRecs: maxOpRecords}
 }
 
 func (s groupStat) has() bool { return s.baseChunks > 0 || s.recs > 0 }
 
-func (s groupStat) due() bool {
-	return s.recs >= maxOpRecords || (s.ops >= foldMinBytes && 2*s.ops >= s.base)
+func (ps *pipeState) due(s groupStat) bool {
+	return s.recs > 0 && (s.recs >= ps.maxRecs || (s.ops >= ps.foldMin && 2*s.ops >= s.base))
 }
 
 // write appends the checkpoint's op records of the pipeline and compacts
@@ -103,7 +108,7 @@ func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	budget := max(compactBudget, compactPerAppend*appended)
+	budget := max(ps.budget, ps.perAppend*appended)
 	for _, g := range ps.pick() {
 		if budget <= 0 {
 			break
@@ -120,7 +125,7 @@ func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (int64, error) {
 func (ps *pipeState) pick() []int {
 	var due []int
 	for g, s := range ps.groups {
-		if s.due() {
+		if ps.due(s) {
 			due = append(due, g)
 		}
 	}
@@ -146,14 +151,18 @@ func (ps *pipeState) compact(ob, bb *state.Bucket, g int) error {
 	defer f.reset() // values point into the transaction
 	var folded [][]byte
 	var through uint64
-	oldChunks, err := ps.load(ob, bb, g, f, nil, func(key []byte, id uint64) {
+	base, err := ps.load(ob, bb, g, f, nil, func(key []byte, id uint64) {
 		folded = append(folded, bytes.Clone(key))
 		through = id
 	})
 	if err != nil {
 		return err
 	}
-	chunks := f.encodeBase()
+	oldChunks := len(base)
+	chunks, bad, why := f.fold(base, int(ps.groups[g].base+ps.groups[g].ops))
+	if why != "" {
+		return errBadState(ps.path, baseBucket(ps.name), baseKey(nil, g, bad), "%s", why)
+	}
 	st := groupStat{baseChunks: len(chunks)}
 	var key, val []byte
 	for j, c := range chunks {
@@ -181,15 +190,16 @@ func (ps *pipeState) compact(ob, bb *state.Bucket, g int) error {
 
 var errStop = errors.New("stop")
 
-// load reads group g's base and op records into f, in order, and sets its
-// statistics in st (if not nil). rec, if not nil, is called with the key of
-// every op record chunk read and its checkpoint id. It returns the base's
-// chunk count. Damage gives an error of the state.ErrCorrupt class.
-func (ps *pipeState) load(ob, bb *state.Bucket, g int, f *folder, st *groupStat, rec func(key []byte, id uint64)) (int, error) {
+// load reads group g's op records into f, in order, and returns the chunk
+// bodies of its base (their headers checked, their entries not yet: see
+// eachBase). It sets the group's statistics in st (if not nil). rec, if not
+// nil, is called with the key of every op record chunk read and its
+// checkpoint id. Damage gives an error of the state.ErrCorrupt class.
+func (ps *pipeState) load(ob, bb *state.Bucket, g int, f *folder, st *groupStat, rec func(key []byte, id uint64)) ([][]byte, error) {
 	var s groupStat
 	prefix := baseKey(nil, g, 0)[:2]
 	want, chunks := 0, 0
-	var prev []byte
+	var base [][]byte
 	bname := baseBucket(ps.name)
 	err := bb.ForEach(prefix, func(k, v []byte) error {
 		if !bytes.HasPrefix(k, prefix) {
@@ -209,21 +219,19 @@ func (ps *pipeState) load(ob, bb *state.Bucket, g int, f *folder, st *groupStat,
 		if why == "" && int(k[2])<<8|int(k[3]) != chunks {
 			why = "chunk out of sequence"
 		}
-		if why == "" {
-			prev, why = decodeBase(body, f, prev)
-		}
 		if why != "" {
 			return errBadState(ps.path, bname, k, "%s", why)
 		}
+		base = append(base, body)
 		chunks++
 		s.base += int64(len(v))
 		return nil
 	})
 	if err != nil && err != errStop {
-		return 0, err
+		return nil, err
 	}
 	if chunks != want {
-		return 0, errBadState(ps.path, bname, prefix, "base of group %d has %d chunks of %d", g, chunks, want)
+		return nil, errBadState(ps.path, bname, prefix, "base of group %d has %d chunks of %d", g, chunks, want)
 	}
 	s.baseChunks = chunks
 	oname := oplogBucket(ps.name)
@@ -263,15 +271,15 @@ func (ps *pipeState) load(ob, bb *state.Bucket, g int, f *folder, st *groupStat,
 		return nil
 	})
 	if err != nil && err != errStop {
-		return 0, err
+		return nil, err
 	}
 	if chunks != want {
-		return 0, errBadState(ps.path, oname, opKey(nil, g, id, 0), "record has %d chunks of %d", chunks, want)
+		return nil, errBadState(ps.path, oname, opKey(nil, g, id, 0), "record has %d chunks of %d", chunks, want)
 	}
 	if st != nil {
 		*st = s
 	}
-	return s.baseChunks, nil
+	return base, nil
 }
 
 func be64(b []byte) uint64 {
@@ -292,16 +300,16 @@ func (ps *pipeState) restore(st *state.Store, fn func(hash uint64, key, value []
 			return err
 		}
 		f := newFolder()
-		var kb []byte
 		for g := range ps.groups {
 			f.reset()
-			if _, err := ps.load(ob, bb, g, f, &ps.groups[g], nil); err != nil {
+			base, err := ps.load(ob, bb, g, f, &ps.groups[g], nil)
+			if err != nil {
 				return err
 			}
-			err := f.each(func(k string, v []byte) error {
-				kb = append(kb[:0], k...)
-				return fn(0, kb, v)
-			})
+			bad, why, err := f.materialize(base, func(k, v []byte) error { return fn(0, k, v) })
+			if why != "" {
+				return errBadState(ps.path, baseBucket(ps.name), baseKey(nil, g, bad), "%s", why)
+			}
 			if err != nil {
 				return err
 			}
