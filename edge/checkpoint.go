@@ -226,7 +226,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	for i, ps := range n.pipes {
 		saved[i] = slices.Clone(ps.state.groups)
 	}
-	_, err := n.store.Commit(func(tx *state.Tx) error {
+	err := n.store.Update(func(tx *state.Tx) error {
 		outbox, err := tx.Bucket(bucketOutbox)
 		if err != nil {
 			return err

@@ -187,9 +187,9 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{}),
 		grew: make(chan struct{}), epochReqs: make(chan epochReq)}
 	n.acks.src = &n.status.src
-	// The node writes state at checkpoints and reads it only to restore: a
-	// small cache keeps the edge's memory down (clean entries are evicted).
-	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, CacheBytes: 4 << 20, MmapBytes: mmapBytes})
+	// Operator state is kept in system buckets (opstate.go): the store's
+	// namespaces and their cache are not used.
+	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, MmapBytes: mmapBytes})
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}

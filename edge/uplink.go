@@ -117,7 +117,7 @@ func loadUplinkState(tx *state.Tx) (epoch, published uint64, err error) {
 
 // storeEpoch commits a new epoch on the writer goroutine.
 func (n *node) storeEpoch(epoch uint64) error {
-	_, err := n.store.Commit(func(tx *state.Tx) error {
+	err := n.store.Update(func(tx *state.Tx) error {
 		b, err := tx.Bucket(bucketUplink)
 		if err != nil {
 			return err

@@ -100,6 +100,13 @@
 //
 // # Caveats
 //
+//   - The edge node no longer keeps operator state in namespaces: a B-tree
+//     entry per (slice, key) made each checkpoint rewrite a page per dirty
+//     key (the next caveat). It stores op records per key group in system
+//     buckets (edge/opstate.go) and uses only Open, View, Update, the
+//     system buckets and verification. Namespaces, the cache and
+//     BeginCommit are kept until a decision on removing them (they have
+//     no other user).
 //   - A commit costs about one page write per dirty key when dirty keys are
 //     spread out, since bbolt copies every page it changes: 1% of 10^6
 //     random keys rewrites ~9000 pages. Keys that sort together (a
