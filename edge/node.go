@@ -271,6 +271,14 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		}
 		ps.rt = rt
 	}
+	if cfg.Uplink == nil {
+		for _, ps := range n.pipes {
+			if n.toHub(ps.p.Name) {
+				lg.Warn("edge: the pipeline sends its results to the hub but no hub is configured (uplink.hub): they stay in the outbox, which grows up to the disk cap",
+					"pipeline", ps.p.Name)
+			}
+		}
+	}
 	lg.Info("edge: opened", "edge", cfg.EdgeID, "checkpoint", n.last.ID, "replay_from", n.last.Pos,
 		"log_end", rec.End, "pipelines", len(n.pipes))
 	return n, nil
