@@ -17,76 +17,28 @@ import (
 	"github.com/runnel-io/runnel/state"
 )
 
-// fileModel is everything a state file holds, as the API reports it.
-type fileModel struct {
-	state map[string][]kv // "ns/group" -> entries in key order
-	sys   map[string][]kv // bucket -> entries in key order
-}
+// fileModel is everything a state file holds, as the API reports it:
+// bucket -> entries in key order.
+type fileModel map[string][]kv
 
-func (a fileModel) equal(b fileModel) bool {
-	return maps.EqualFunc(a.state, b.state, slices.Equal) && maps.EqualFunc(a.sys, b.sys, slices.Equal)
-}
+func (a fileModel) equal(b fileModel) bool { return maps.EqualFunc(a, b, slices.Equal) }
 
-var (
-	corruptNS     = []string{"window/t", "join/u"}
-	corruptGroups = 8
-)
+// corruptBuckets are the system buckets buildFile writes: two that grow
+// large (like the edge's op records and bases) and two small ones.
+var corruptBuckets = []string{"oplog/t", "base/u", "outbox", "positions"}
 
-// readModel reads the whole store through Scan and View; an error is
+// readModel reads every bucket through ForEach, Get and Len; an error is
 // returned as is (the callers check it is ErrCorrupt).
 func readModel(s *state.Store) (fileModel, error) {
-	m := fileModel{state: map[string][]kv{}, sys: map[string][]kv{}}
-	for _, name := range corruptNS {
-		n, err := s.Namespace(name)
-		if err != nil {
-			return m, err
-		}
-		for g := range corruptGroups {
-			var got []kv
-			err := n.Scan(g, func(k, v []byte) error {
-				got = append(got, kv{string(k), string(v)})
-				return nil
-			})
-			if err != nil {
-				return m, err
-			}
-			// Get must agree with Scan (a sample of keys: every Get here
-			// is a read transaction).
-			for i, e := range got {
-				if i%5 != 0 {
-					continue
-				}
-				v, ok, err := n.Get(g, []byte(e.k))
-				if err != nil {
-					return m, err
-				}
-				if !ok || string(v) != e.v {
-					return m, fmt.Errorf("Get(%s, %d, %q) = %q, %v; Scan said %q", name, g, e.k, v, ok, e.v)
-				}
-			}
-			if len(got) > 0 {
-				m.state[fmt.Sprintf("%s/%d", name, g)] = got
-			}
-		}
-	}
+	m := fileModel{}
 	err := s.View(func(tx *state.Tx) error {
-		for _, name := range []string{"outbox", "positions"} {
-			b, err := tx.Bucket(name)
+		for _, name := range corruptBuckets {
+			got, err := bucketEntries(tx, name)
 			if err != nil {
 				return err
 			}
-			var got []kv
-			if err := b.ForEach(nil, func(k, v []byte) error {
-				got = append(got, kv{string(k), string(v)})
-				return nil
-			}); err != nil {
-				return err
-			}
-			if len(got) != b.Len() {
-				return fmt.Errorf("bucket %s: %d entries, Len says %d", name, len(got), b.Len())
-			}
 			if len(got) > 0 {
-				m.sys[name] = got
+				m[name] = got
 			}
 		}
 		return nil
@@ -94,42 +46,46 @@ func readModel(s *state.Store) (fileModel, error) {
 	return m, err
 }
 
-// buildFile writes a state file through several commits (so that it has
+// buildFile writes a state file through several Updates (so that it has
 // free pages, overflow pages, inline and non-inline buckets) and returns the
-// models after the last two commits: a damaged newest meta page makes bbolt
-// fall back to the one before, which is a legitimate outcome.
+// models after the last two: a damaged newest meta page makes bbolt fall
+// back to the one before, which is a legitimate outcome.
 func buildFile(t *testing.T, path string) (last, prev fileModel) {
 	t.Helper()
-	s := openT(t, path, testOpts(corruptGroups, 1<<20))
+	s := openT(t, path, testOpts(8))
 	defer s.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
-	ns := []*state.Namespace{nsT(t, s, corruptNS[0]), nsT(t, s, corruptNS[1])}
 	var models []fileModel
 	for round := range 4 {
-		for i := range 400 {
-			n := ns[rng.IntN(2)]
-			g := rng.IntN(corruptGroups)
-			if round == 0 && n == ns[1] && g%2 == 0 {
-				g++ // leave some buckets small, so they stay inline
-			}
-			key := fmt.Sprintf("key-%04d", rng.IntN(300))
-			if rng.IntN(5) == 0 {
-				if err := n.Delete(g, []byte(key)); err != nil {
-					t.Fatal(err)
+		err := s.Update(func(tx *state.Tx) error {
+			big := make([]*state.Bucket, 2)
+			for i := range big {
+				var err error
+				if big[i], err = tx.Bucket(corruptBuckets[i]); err != nil {
+					return err
 				}
-				continue
 			}
-			size := 8 + rng.IntN(80)
-			if i%97 == 0 {
-				size = 3*4096 + rng.IntN(4096) // overflow pages
+			for i := range 400 {
+				b := big[rng.IntN(2)]
+				key := fmt.Appendf(nil, "key-%04d", rng.IntN(300))
+				if rng.IntN(5) == 0 {
+					if err := b.Delete(key); err != nil {
+						return err
+					}
+					continue
+				}
+				size := 8 + rng.IntN(80)
+				if i%97 == 0 {
+					size = 3*4096 + rng.IntN(4096) // overflow pages
+				}
+				val := fmt.Appendf(nil, "r%d-i%d-", round, i)
+				for len(val) < size {
+					val = append(val, byte('a'+rng.IntN(26)))
+				}
+				if err := b.Put(key, val); err != nil {
+					return err
+				}
 			}
-			val := fmt.Appendf(nil, "r%d-i%d-", round, i)
-			for len(val) < size {
-				val = append(val, byte('a'+rng.IntN(26)))
-			}
-			mustPut(t, n, g, key, string(val))
-		}
-		_, err := s.Commit(func(tx *state.Tx) error {
 			ob, err := tx.Bucket("outbox")
 			if err != nil {
 				return err
@@ -164,6 +120,31 @@ func buildFile(t *testing.T, path string) (last, prev fileModel) {
 	return models[len(models)-1], models[len(models)-2]
 }
 
+// putT writes key=val into a system bucket in its own Update.
+func putT(s *state.Store, bucket, key, val string) error {
+	return s.Update(func(tx *state.Tx) error {
+		b, err := tx.Bucket(bucket)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(key), []byte(val))
+	})
+}
+
+// getT reads key from a system bucket.
+func getT(s *state.Store, bucket, key string) (string, error) {
+	var v []byte
+	err := s.View(func(tx *state.Tx) error {
+		b, err := tx.Bucket(bucket)
+		if err != nil {
+			return err
+		}
+		v, err = b.Get([]byte(key))
+		return err
+	})
+	return string(v), err
+}
+
 // TestCorruptFile damages a real file by truncating it at random offsets
 // and flipping random bits, and requires that Open either fails with an
 // error of the ErrCorrupt class or succeeds on a file that reads back,
@@ -184,7 +165,7 @@ func TestCorruptFile(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		o := testOpts(corruptGroups, 1<<20)
+		o := testOpts(8)
 		o.Verify = verify
 		s, err := state.Open(path, o)
 		if err != nil {
@@ -201,13 +182,9 @@ func TestCorruptFile(t *testing.T) {
 		if !got.equal(last) && !got.equal(prev) {
 			t.Fatalf("%s: Open succeeded, but the file reads as neither of the last two commits", name)
 		}
-		// And it still takes a commit.
-		n, _ := s.Namespace(corruptNS[0])
-		if err := n.Put(0, []byte("after"), []byte("damage")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Commit(nil); err != nil {
-			t.Fatalf("%s: Commit after a successful Open: %v", name, err)
+		// And it still takes an Update.
+		if err := putT(s, "outbox", "after", "damage"); err != nil {
+			t.Fatalf("%s: Update after a successful Open: %v", name, err)
 		}
 		return true
 	}
@@ -286,16 +263,17 @@ func pageOf(t *testing.T, data []byte, needle string) int {
 }
 
 // TestCorruptValue flips one byte of one stored value: a full verification
-// refuses the file and names the key; a quick one opens it, and then Get and
-// Scan of that group report ErrCorrupt while other groups read fine.
+// refuses the file, naming the file, bucket and key; a quick one opens it,
+// and then reads of that bucket report ErrCorrupt while other buckets read
+// fine.
 func TestCorruptValue(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "v.db")
-	s := openT(t, path, testOpts(4, 1))
-	n := nsT(t, s, "ns")
-	mustPut(t, n, 2, "victim", "the-value-to-damage")
-	mustPut(t, n, 3, "bystander", "fine")
-	if _, err := s.Commit(nil); err != nil {
+	s := openT(t, path, testOpts(4))
+	if err := putT(s, "a", "victim", "the-value-to-damage"); err != nil {
+		t.Fatal(err)
+	}
+	if err := putT(s, "b", "bystander", "fine"); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -304,73 +282,87 @@ func TestCorruptValue(t *testing.T) {
 	data[i+4] ^= 0x20
 	os.WriteFile(path, data, 0o600)
 
-	_, err := state.Open(path, testOpts(4, 1))
-	if !errors.Is(err, state.ErrCorrupt) || !strings.Contains(err.Error(), "76696374696d") {
-		t.Fatalf("full verification: %v; want ErrCorrupt naming key 76696374696d (victim)", err)
+	_, err := state.Open(path, testOpts(4))
+	if !errors.Is(err, state.ErrCorrupt) || !strings.Contains(err.Error(), "76696374696d") ||
+		!strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "sys/a") {
+		t.Fatalf("full verification: %v; want ErrCorrupt naming %s, bucket sys/a and key 76696374696d (victim)", err, path)
 	}
-	o := testOpts(4, 1)
+	o := testOpts(4)
 	o.Verify = state.VerifyQuick
 	s = openT(t, path, o)
 	defer s.Close()
-	n = nsT(t, s, "ns")
-	if _, _, err := n.Get(2, []byte("victim")); !errors.Is(err, state.ErrCorrupt) {
+	if _, err := getT(s, "a", "victim"); !errors.Is(err, state.ErrCorrupt) {
 		t.Fatalf("Get of the damaged value: %v, want ErrCorrupt", err)
 	}
-	if err := n.Scan(2, func(_, _ []byte) error { return nil }); !errors.Is(err, state.ErrCorrupt) {
-		t.Fatalf("Scan over the damaged value: %v, want ErrCorrupt", err)
+	err = s.View(func(tx *state.Tx) error {
+		b, err := tx.Bucket("a")
+		if err != nil {
+			return err
+		}
+		return b.ForEach(nil, func(_, _ []byte) error { return nil })
+	})
+	if !errors.Is(err, state.ErrCorrupt) {
+		t.Fatalf("ForEach over the damaged value: %v, want ErrCorrupt", err)
 	}
-	if v, ok := mustGet(t, n, 3, "bystander"); !ok || v != "fine" {
-		t.Fatalf("bystander = %q, %v", v, ok)
+	if v, err := getT(s, "b", "bystander"); err != nil || v != "fine" {
+		t.Fatalf("bystander = %q, %v", v, err)
 	}
 }
 
-// TestBboltPanicIsCorrupt damages a leaf page's type so that bbolt panics
-// when a read reaches it (the quick verification does not look at tree
-// pages): the panic must come back as an ErrCorrupt error, and the store
-// must stay usable for reads elsewhere.
-func TestBboltPanicIsCorrupt(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "p.db")
-	s := openT(t, path, testOpts(4, 1))
-	n := nsT(t, s, "ns")
-	// Enough entries that group 1's bucket has its own leaf pages.
-	for i := range 400 {
-		mustPut(t, n, 1, fmt.Sprintf("key-%04d", i), fmt.Sprintf("value-%04d-%s", i, strings.Repeat("x", 40)))
+// damagedLeaf writes a bucket big enough to have its own leaf pages and a
+// small one, then turns the type of the leaf holding key-0200 into a
+// freelist page's, so that bbolt panics when a read reaches it (a quick
+// verification does not look at tree pages).
+func damagedLeaf(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.db")
+	s := openT(t, path, testOpts(4))
+	err := s.Update(func(tx *state.Tx) error {
+		b, err := tx.Bucket("big")
+		if err != nil {
+			return err
+		}
+		for i := range 400 {
+			if err := b.Put(fmt.Appendf(nil, "key-%04d", i), fmt.Appendf(nil, "value-%04d-%s", i, strings.Repeat("x", 40))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	mustPut(t, n, 0, "other", "ok")
-	if _, err := s.Commit(nil); err != nil {
+	if err := putT(s, "small", "other", "ok"); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 	data, _ := os.ReadFile(path)
-	pg := pageOf(t, data, "value-0200-")
-	ps := os.Getpagesize()
-	data[pg*ps+8] = 0x10 // leaf -> freelist type
+	data[pageOf(t, data, "value-0200-")*os.Getpagesize()+8] = 0x10 // leaf -> freelist type
 	os.WriteFile(path, data, 0o600)
+	return path
+}
 
-	if _, err := state.Open(path, testOpts(4, 1)); !errors.Is(err, state.ErrCorrupt) {
-		t.Fatalf("full verification: %v, want ErrCorrupt", err)
+// TestBboltPanicIsCorrupt: the panic of bbolt on a damaged page comes back
+// as an ErrCorrupt error, the store stays usable for reads elsewhere, and
+// a write that panicked poisons later writes.
+func TestBboltPanicIsCorrupt(t *testing.T) {
+	path := damagedLeaf(t)
+	if _, err := state.Open(path, testOpts(4)); !errors.Is(err, state.ErrCorrupt) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("full verification: %v, want ErrCorrupt naming %s", err, path)
 	}
-	o := testOpts(4, 1)
+	o := testOpts(4)
 	o.Verify = state.VerifyQuick
-	s = openT(t, path, o)
+	s := openT(t, path, o)
 	defer s.Close()
-	n = nsT(t, s, "ns")
-	_, _, err := n.Get(1, []byte("key-0200"))
+	_, err := getT(s, "big", "key-0200")
 	if !errors.Is(err, state.ErrCorrupt) || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("Get through the damaged page: %v, want ErrCorrupt from a recovered panic", err)
 	}
-	if v, ok := mustGet(t, n, 0, "other"); !ok || v != "ok" {
-		t.Fatalf("other group: %q, %v", v, ok)
+	if v, err := getT(s, "small", "other"); err != nil || v != "ok" {
+		t.Fatalf("other bucket: %q, %v", v, err)
 	}
-	// A commit that reaches the damaged page fails, keeps its entries
-	// dirty, and poisons later writes.
-	mustPut(t, n, 1, "key-0200", "new")
-	if _, err := s.Commit(nil); !errors.Is(err, state.ErrCorrupt) {
-		t.Fatalf("Commit through the damaged page: %v, want ErrCorrupt", err)
-	}
-	if v, _ := mustGet(t, n, 1, "key-0200"); v != "new" {
-		t.Fatalf("the failed commit's entry reads %q, want new", v)
+	if err := putT(s, "big", "key-0200", "new"); !errors.Is(err, state.ErrCorrupt) {
+		t.Fatalf("Update through the damaged page: %v, want ErrCorrupt", err)
 	}
 	if err := s.Update(func(*state.Tx) error { return nil }); !errors.Is(err, state.ErrCorrupt) {
 		t.Fatalf("Update after a bbolt panic in a write: %v, want ErrCorrupt", err)
@@ -379,30 +371,16 @@ func TestBboltPanicIsCorrupt(t *testing.T) {
 
 // TestBboltPanicInReadDoesNotPoison: a panic in a read leaves writes alone.
 func TestBboltPanicInReadDoesNotPoison(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "p.db")
-	s := openT(t, path, testOpts(4, 1))
-	n := nsT(t, s, "ns")
-	for i := range 400 {
-		mustPut(t, n, 1, fmt.Sprintf("key-%04d", i), fmt.Sprintf("value-%04d-%s", i, strings.Repeat("x", 40)))
-	}
-	if _, err := s.Commit(nil); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	data, _ := os.ReadFile(path)
-	data[pageOf(t, data, "value-0200-")*os.Getpagesize()+8] = 0x10
-	os.WriteFile(path, data, 0o600)
-	o := testOpts(4, 1)
+	path := damagedLeaf(t)
+	o := testOpts(4)
 	o.Verify = state.VerifyQuick
-	s = openT(t, path, o)
+	s := openT(t, path, o)
 	defer s.Close()
-	n = nsT(t, s, "ns")
-	if _, _, err := n.Get(1, []byte("key-0200")); !errors.Is(err, state.ErrCorrupt) {
+	if _, err := getT(s, "big", "key-0200"); !errors.Is(err, state.ErrCorrupt) {
 		t.Fatalf("Get: %v, want ErrCorrupt", err)
 	}
-	mustPut(t, n, 0, "other", "still ok")
-	if _, err := s.Commit(nil); err != nil {
-		t.Fatalf("Commit after a panic in a read: %v", err)
+	if err := putT(s, "small", "other", "still ok"); err != nil {
+		t.Fatalf("Update after a panic in a read: %v", err)
 	}
 }
 
@@ -425,7 +403,7 @@ func TestForeignFile(t *testing.T) {
 	}
 	db.Close()
 	for _, v := range []state.Verify{state.VerifyFull, state.VerifyQuick} {
-		o := testOpts(4, 0)
+		o := testOpts(4)
 		o.Verify = v
 		_, err := state.Open(path, o)
 		if !errors.Is(err, state.ErrFormat) || errors.Is(err, state.ErrCorrupt) {
@@ -435,7 +413,7 @@ func TestForeignFile(t *testing.T) {
 	// Not bbolt at all.
 	junk := filepath.Join(t.TempDir(), "junk.db")
 	os.WriteFile(junk, bytes.Repeat([]byte("not a database "), 1000), 0o600)
-	if _, err := state.Open(junk, testOpts(4, 0)); !errors.Is(err, state.ErrCorrupt) {
+	if _, err := state.Open(junk, testOpts(4)); !errors.Is(err, state.ErrCorrupt) {
 		t.Fatalf("Open of junk: %v, want ErrCorrupt", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 // Sentinel errors. Every error this package returns wraps one of them (or an
 // error from the operating system), so callers branch with errors.Is; the
-// message around it says which file, namespace, key group, key or page.
+// message around it says which file, bucket, key or page.
 var (
 	// ErrCorrupt marks every error caused by bytes on disk that are not what
 	// this package (or bbolt beneath it) wrote: a bad bbolt page, a truncated
@@ -32,29 +32,17 @@ var (
 	// re-hashed into new groups, which this package does not do.
 	ErrKeyGroups = errors.New("state: key group count differs from the file's")
 
-	// ErrGroup is returned for a key group outside [0, KeyGroups).
-	ErrGroup = errors.New("state: key group out of range")
-
-	// ErrKey is returned for an empty key or one longer than MaxKeySize.
+	// ErrKey is returned by Bucket.Put and Bucket.Delete for an empty key or
+	// one longer than MaxKeySize.
 	ErrKey = errors.New("state: invalid key")
 
-	// ErrValueTooLarge is returned by Put for a value longer than
+	// ErrValueTooLarge is returned by Bucket.Put for a value longer than
 	// MaxValueSize.
 	ErrValueTooLarge = errors.New("state: value too large")
 
-	// ErrName is returned for an invalid namespace or system bucket name:
+	// ErrName is returned by Tx.Bucket for an invalid system bucket name:
 	// empty, longer than MaxNameSize, or not valid UTF-8.
 	ErrName = errors.New("state: invalid name")
-
-	// ErrInFlight is returned by BeginCommit (and Commit) when one of the
-	// key groups it would take is still held by a Handoff that has been
-	// neither written nor aborted. At most one commit per key group is in
-	// flight at a time.
-	ErrInFlight = errors.New("state: a commit of these key groups is in flight")
-
-	// ErrHandoffDone is returned by Handoff methods after the handoff was
-	// written, aborted, or joined into another handoff.
-	ErrHandoffDone = errors.New("state: handoff already written or aborted")
 
 	// ErrLocked is returned by Open when another process holds the file's
 	// lock for longer than Options.Timeout.

@@ -1,17 +1,16 @@
 package state_test
 
 import (
-	"bytes"
+	"fmt"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/runnel-io/runnel/state"
 )
 
-// testOpts are fast options for tests: no fsync, small key group count.
-func testOpts(groups int, cache int64) state.Options {
-	return state.Options{NoSync: true, KeyGroups: groups, CacheBytes: cache}
+// testOpts are fast options for tests: no fsync, a small key group count.
+func testOpts(groups int) state.Options {
+	return state.Options{NoSync: true, KeyGroups: groups}
 }
 
 func openT(t testing.TB, path string, o state.Options) *state.Store {
@@ -31,63 +30,49 @@ func tempStore(t testing.TB, o state.Options) (*state.Store, string) {
 	return s, path
 }
 
-func nsT(t testing.TB, s *state.Store, name string) *state.Namespace {
-	t.Helper()
-	n, err := s.Namespace(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 type kv struct{ k, v string }
 
-// fataler is what both *testing.T and *rapid.T offer.
-type fataler interface {
-	Helper()
-	Fatalf(format string, args ...any)
-}
-
-// scanAll returns what ScanPrefix reports, checking order on the way.
-func scanAll(t fataler, n *state.Namespace, group int, prefix []byte) []kv {
+// readBucket returns a system bucket's entries in key order, through
+// ForEach, checking Len on the way.
+func readBucket(t testing.TB, s *state.Store, name string) []kv {
 	t.Helper()
 	var out []kv
-	err := n.ScanPrefix(group, prefix, func(k, v []byte) error {
-		if len(out) > 0 && bytes.Compare([]byte(out[len(out)-1].k), k) >= 0 {
-			t.Fatalf("scan out of order: %q after %q", k, out[len(out)-1].k)
-		}
-		out = append(out, kv{string(k), string(v)})
-		return nil
+	err := s.View(func(tx *state.Tx) error {
+		var err error
+		out, err = bucketEntries(tx, name)
+		return err
 	})
 	if err != nil {
-		t.Fatalf("ScanPrefix(%d, %q): %v", group, prefix, err)
+		t.Fatalf("read bucket %s: %v", name, err)
 	}
 	return out
 }
 
-func mustGet(t fataler, n *state.Namespace, group int, key string) (string, bool) {
-	t.Helper()
-	v, ok, err := n.Get(group, []byte(key))
+// bucketEntries reads a system bucket through ForEach and checks Len and,
+// for every entry, Get.
+func bucketEntries(tx *state.Tx, name string) ([]kv, error) {
+	b, err := tx.Bucket(name)
 	if err != nil {
-		t.Fatalf("Get(%d, %q): %v", group, key, err)
+		return nil, err
 	}
-	return string(v), ok
-}
-
-func mustPut(t fataler, n *state.Namespace, group int, key, val string) {
-	t.Helper()
-	if err := n.Put(group, []byte(key), []byte(val)); err != nil {
-		t.Fatalf("Put(%d, %q): %v", group, key, err)
-	}
-}
-
-func sortedKV(m map[string]string, prefix string) []kv {
 	var out []kv
-	for k, v := range m {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-			out = append(out, kv{k, v})
+	if err := b.ForEach(nil, func(k, v []byte) error {
+		out = append(out, kv{string(k), string(v)})
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if len(out) != b.Len() {
+		return nil, fmt.Errorf("bucket %s: %d entries, Len says %d", name, len(out), b.Len())
+	}
+	for _, e := range out {
+		v, err := b.Get([]byte(e.k))
+		if err != nil {
+			return nil, err
+		}
+		if string(v) != e.v {
+			return nil, fmt.Errorf("bucket %s: Get(%q) = %q, ForEach said %q", name, e.k, v, e.v)
 		}
 	}
-	slices.SortFunc(out, func(a, b kv) int { return bytes.Compare([]byte(a.k), []byte(b.k)) })
-	return out
+	return out, nil
 }

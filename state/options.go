@@ -9,8 +9,6 @@ import (
 
 // Defaults for the zero values of Options.
 const (
-	// DefaultCacheBytes is the cache budget when Options.CacheBytes is zero.
-	DefaultCacheBytes = 64 << 20
 	// DefaultKeyGroups is the key group count of a new file when
 	// Options.KeyGroups is zero.
 	DefaultKeyGroups = 128
@@ -27,12 +25,12 @@ const (
 	// MaxKeyGroups is the largest key group count: a group id is stored in
 	// two bytes.
 	MaxKeyGroups = 1 << 16
-	// MaxKeySize is the longest key, bbolt's own limit.
+	// MaxKeySize is the longest key in a system bucket, bbolt's own limit.
 	MaxKeySize = 32768
 	// MaxValueSize is the longest value: bbolt's limit less the record
 	// header (see docs/formats/state-layout.md).
 	MaxValueSize = (1 << 30) - recordHeaderSize
-	// MaxNameSize is the longest namespace or system bucket name.
+	// MaxNameSize is the longest system bucket name.
 	MaxNameSize = 255
 )
 
@@ -66,19 +64,14 @@ func (v Verify) String() string {
 // Options configure Open. The zero value of every field means its default,
 // so Options{} is a working configuration.
 type Options struct {
-	// NoSync skips the fsync at the end of each commit. A crash can then
+	// NoSync skips the fsync at the end of each Update. A crash can then
 	// lose or tear committed checkpoints: for tests and benchmarks only.
 	NoSync bool
 
-	// CacheBytes is the byte budget of the write-behind cache (keys, values
-	// and a fixed per-entry overhead). Clean entries are evicted when the
-	// cache exceeds it; dirty entries never are, so a large dirty set can
-	// exceed the budget until the next commit. Zero means DefaultCacheBytes.
-	CacheBytes int64
-
-	// KeyGroups is the number of key groups. A new file stores it; an
-	// existing file must match it (ErrKeyGroups). Zero means the file's
-	// count, or DefaultKeyGroups for a new file.
+	// KeyGroups is the key group count (Store.KeyGroups), by which the
+	// caller partitions its keys. A new file stores it; an existing file
+	// must match it (ErrKeyGroups). Zero means the file's count, or
+	// DefaultKeyGroups for a new file.
 	KeyGroups int
 
 	// FileMode is the permission of a newly created file. Zero means
@@ -95,7 +88,7 @@ type Options struct {
 
 	// MmapBytes is the address space the file is mapped with at first.
 	// Growing the mapping makes bbolt copy every node of the writing
-	// transaction out of the old one, which large commits feel; reserving
+	// transaction out of the old one, which large Updates feel; reserving
 	// it up front avoids that (file pages are read in only as touched).
 	// Zero means bbolt's default (grow from 32 KiB). A stored file larger
 	// than it is mapped whole.
@@ -105,9 +98,6 @@ type Options struct {
 // EnsureDefaults returns a copy of o with every zero field set to its
 // default (KeyGroups stays zero: Open resolves it against the file).
 func (o Options) EnsureDefaults() Options {
-	if o.CacheBytes == 0 {
-		o.CacheBytes = DefaultCacheBytes
-	}
 	if o.FileMode == 0 {
 		o.FileMode = DefaultFileMode
 	}
@@ -122,9 +112,6 @@ func (o Options) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrOptions}, args...)...))
-	}
-	if o.CacheBytes < 0 {
-		bad("CacheBytes is %d, must be >= 0", o.CacheBytes)
 	}
 	if o.MmapBytes < 0 {
 		bad("MmapBytes is %d, must be >= 0", o.MmapBytes)

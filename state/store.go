@@ -6,54 +6,25 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Store is keyed operator state in one bbolt file, behind a write-behind
-// cache. See the package documentation for the model and the concurrency
-// rules.
+// Store is one verified bbolt file of system buckets. See the package
+// documentation for the model and the concurrency rules.
 type Store struct {
 	path   string
 	db     *bolt.DB
 	groups int
-	budget int64
-	shards []shard
 
 	closed atomic.Bool
-	// bytes is the accounted size of every cached entry; clean the part of
-	// it that eviction may drop. Both are sums of per-shard counters kept
-	// here so that a Put can see the budget without taking other locks.
-	bytes atomic.Int64
-	clean atomic.Int64
-	// hand is where the next cross-shard eviction starts.
-	hand atomic.Uint32
 	// poisoned holds the first error from a bbolt panic in a write
 	// transaction. bbolt's in-memory state may be inconsistent after one,
 	// so later writes fail fast instead of adding to a damaged file.
 	poisoned atomic.Pointer[error]
-
-	nsMu sync.Mutex
-	ns   map[string]*Namespace
 }
-
-// Namespace is the state of one operator or purpose, such as
-// "window/line-temps". Its keys are split into the store's key groups; a key
-// lives in the group the caller names, which it chooses from the key's hash
-// (see Store.GroupOf). The same key in two groups is two entries.
-type Namespace struct {
-	s     *Store
-	name  string
-	bname []byte
-	id    int
-	seed  uint32 // CRC seed of its records, before the group id
-}
-
-// Name returns the namespace's name.
-func (n *Namespace) Name() string { return n.name }
 
 // Open opens the state file at path, creating it if it does not exist, and
 // verifies it as opts.Verify says. A damaged file gives an error wrapping
@@ -84,14 +55,10 @@ func Open(path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
 	}
-	s := &Store{path: path, db: db, budget: o.CacheBytes, ns: make(map[string]*Namespace)}
+	s := &Store{path: path, db: db}
 	if s.groups, err = s.initLayout(o.KeyGroups); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
-	}
-	s.shards = make([]shard, s.groups)
-	for i := range s.shards {
-		s.shards[i].open = 1
 	}
 	return s, nil
 }
@@ -216,9 +183,7 @@ func readMetaRecord(mb *bolt.Bucket, key []byte) ([]byte, error) {
 	return bytes.Clone(p), nil
 }
 
-// Close closes the file. Changes not yet committed are discarded, exactly as
-// a crash would discard them. Close waits for a Handoff.Write in progress;
-// it must not be called concurrently with other methods otherwise, and every
+// Close closes the file, waiting for a View or Update in progress. Every
 // method called after it returns ErrClosed.
 func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
@@ -233,32 +198,11 @@ func (s *Store) Close() error {
 // Path returns the file's path.
 func (s *Store) Path() string { return s.path }
 
-// KeyGroups returns the number of key groups.
+// KeyGroups returns the key group count the file was created with
+// (Options.KeyGroups). The store itself does not use it: it is the caller's
+// partition of its keys, kept with the data so that it cannot change under
+// them.
 func (s *Store) KeyGroups() int { return s.groups }
-
-// GroupOf returns the key group of a key whose hash is h (such as
-// xxhash.Sum64(key)): h modulo KeyGroups.
-func (s *Store) GroupOf(h uint64) int { return int(h % uint64(s.groups)) }
-
-// Namespace returns the namespace called name, creating it on first use. Its
-// buckets appear in the file with its first committed entry. The name must
-// be valid UTF-8, 1 to MaxNameSize bytes.
-func (s *Store) Namespace(name string) (*Namespace, error) {
-	if s.closed.Load() {
-		return nil, ErrClosed
-	}
-	if !validName(name) {
-		return nil, fmt.Errorf("%w: namespace %q (must be 1-%d bytes of UTF-8)", ErrName, name, MaxNameSize)
-	}
-	s.nsMu.Lock()
-	defer s.nsMu.Unlock()
-	if n, ok := s.ns[name]; ok {
-		return n, nil
-	}
-	n := &Namespace{s: s, name: name, bname: []byte(name), id: len(s.ns), seed: nameSeed(domainState, name)}
-	s.ns[name] = n
-	return n, nil
-}
 
 // View runs fn in a read-only transaction over the system buckets.
 func (s *Store) View(fn func(tx *Tx) error) error {
@@ -269,10 +213,9 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 }
 
 // Update runs fn in a read-write transaction over the system buckets, and
-// commits it (with fsync unless NoSync). It writes no state: use it for
-// bookkeeping outside checkpoints, such as deleting outbox entries the hub
-// has acknowledged. It may run concurrently with a Handoff.Write; bbolt
-// serializes the two.
+// commits it (with fsync unless NoSync): everything fn writes is durable
+// when Update returns nil, and none of it is if fn or the commit fails.
+// Updates are serialized by bbolt; they may run concurrently with Views.
 func (s *Store) Update(fn func(tx *Tx) error) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -287,9 +230,26 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 // its transaction rolls back) and past guard, which re-raises it.
 type userPanic struct{ v any }
 
+// boltPanic carries a panic raised inside bbolt, during a Tx or Bucket
+// method called by the caller's function, through callUser to guard, which
+// turns it into an ErrCorrupt error.
+type boltPanic struct{ v any }
+
+// rethrowBolt, deferred by every Tx and Bucket method around its calls
+// into bbolt (and its reads of mapped values), marks a panic there as
+// bbolt's, not the caller's.
+func rethrowBolt() {
+	if r := recover(); r != nil {
+		panic(boltPanic{r})
+	}
+}
+
 func callUser(fn func(*Tx) error, tx *Tx) error {
 	defer func() {
 		if r := recover(); r != nil {
+			if bp, ok := r.(boltPanic); ok {
+				panic(bp)
+			}
 			panic(userPanic{r})
 		}
 	}()
@@ -308,6 +268,9 @@ func (s *Store) guard(op string, write bool, f func() error) (err error) {
 		}
 		if up, ok := r.(userPanic); ok {
 			panic(up.v)
+		}
+		if bp, ok := r.(boltPanic); ok {
+			r = bp.v
 		}
 		err = corruptf("state: %s %s: bbolt panicked on a damaged page: %v", op, s.path, r)
 		if write {
@@ -328,68 +291,4 @@ func (s *Store) view(op string, fn func(*bolt.Tx) error) error {
 
 func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
 	return s.guard(op, true, func() error { return s.db.Update(fn) })
-}
-
-// Stats is a snapshot of the cache's counters.
-type Stats struct {
-	Entries    int    // cached entries, clean and dirty, including known-absent keys
-	Bytes      int64  // accounted bytes of all cached entries
-	DirtyBytes int64  // bytes of entries not yet committed (dirty or in a handoff)
-	Hits       uint64 // Gets answered from the cache
-	Misses     uint64 // Gets that read the file
-	Evictions  uint64 // clean entries dropped to stay within CacheBytes
-	InFlight   int    // key groups held by an unfinished Handoff
-}
-
-// Stats returns the cache's counters, summed over key groups one at a time
-// (not an atomic snapshot across groups).
-func (s *Store) Stats() Stats {
-	var st Stats
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		st.Entries += len(sh.ring)
-		st.Bytes += sh.openBytes + sh.flightBytes + sh.cleanBytes
-		st.DirtyBytes += sh.openBytes + sh.flightBytes
-		st.Hits += sh.hits
-		st.Misses += sh.misses
-		st.Evictions += sh.evictions
-		if sh.inFlight {
-			st.InFlight++
-		}
-		sh.mu.Unlock()
-	}
-	return st
-}
-
-// checkGroup validates the arguments every group operation shares.
-func (s *Store) checkGroup(group int) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	if group < 0 || group >= s.groups {
-		return fmt.Errorf("%w: %d not in [0, %d)", ErrGroup, group, s.groups)
-	}
-	return nil
-}
-
-// checkKey validates the arguments every keyed operation shares.
-func (s *Store) checkKey(group int, key []byte) error {
-	if err := s.checkGroup(group); err != nil {
-		return err
-	}
-	if len(key) == 0 || len(key) > MaxKeySize {
-		return fmt.Errorf("%w: %d bytes (must be 1-%d)", ErrKey, len(key), MaxKeySize)
-	}
-	return nil
-}
-
-// groupBucket returns the bucket of (ns, group) in tx, or nil.
-func groupBucket(tx *bolt.Tx, ns []byte, group int) *bolt.Bucket {
-	nb := tx.Bucket(bucketState).Bucket(ns)
-	if nb == nil {
-		return nil
-	}
-	gk := groupKey(group)
-	return nb.Bucket(gk[:])
 }

@@ -6,11 +6,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Tx is a transaction over the system buckets: the place where the
-// checkpoint writer keeps outbox entries, ingest log positions and
-// checkpoint metadata, committed atomically with the state in Commit. A Tx
-// is valid only inside the function it was passed to, and only on that
-// goroutine.
+// Tx is a transaction over the system buckets, where the edge keeps its
+// operator state, outbox entries and checkpoint metadata; everything an
+// Update writes is committed atomically. A Tx is valid only inside the
+// function it was passed to, and only on that goroutine.
 type Tx struct {
 	btx     *bolt.Tx
 	buckets map[string]*Bucket
@@ -18,13 +17,14 @@ type Tx struct {
 
 func newTx(btx *bolt.Tx) *Tx { return &Tx{btx: btx} }
 
-// Writable reports whether the transaction may write (Commit, Update) or
-// not (View).
+// Writable reports whether the transaction may write (Update) or not
+// (View).
 func (tx *Tx) Writable() bool { return tx.btx.Writable() }
 
 // Bucket returns the system bucket called name, creating it in a writable
 // transaction. In a read-only one a bucket never written reads as empty.
 func (tx *Tx) Bucket(name string) (*Bucket, error) {
+	defer rethrowBolt()
 	if b, ok := tx.buckets[name]; ok {
 		return b, nil
 	}
@@ -75,6 +75,7 @@ func (b *Bucket) Len() int { return int(b.d.count) }
 // Get returns the value of key, or nil if there is none. A value whose
 // checksum fails gives an ErrCorrupt error.
 func (b *Bucket) Get(key []byte) ([]byte, error) {
+	defer rethrowBolt()
 	if b.b == nil {
 		return nil, nil
 	}
@@ -95,6 +96,7 @@ func (b *Bucket) decode(key, rec []byte) ([]byte, error) {
 
 // Put sets key to value. Both are copied; the caller may reuse them.
 func (b *Bucket) Put(key, value []byte) error {
+	defer rethrowBolt()
 	if err := b.writable(key); err != nil {
 		return err
 	}
@@ -118,6 +120,7 @@ func (b *Bucket) Put(key, value []byte) error {
 
 // Delete removes key, if present.
 func (b *Bucket) Delete(key []byte) error {
+	defer rethrowBolt()
 	if err := b.writable(key); err != nil {
 		return err
 	}
@@ -150,23 +153,35 @@ func (b *Bucket) ForEach(start []byte, fn func(key, value []byte) error) error {
 		return nil
 	}
 	c := b.b.Cursor()
-	var k, rec []byte
-	if start == nil {
-		k, rec = c.First()
-	} else {
-		k, rec = c.Seek(start)
-	}
-	for ; k != nil; k, rec = c.Next() {
-		if rec == nil {
-			return corruptf("state: system bucket %q: nested bucket %x where only records belong", b.name, k)
-		}
-		v, err := b.decode(k, rec)
-		if err != nil {
-			return err
-		}
+	k, v, err := b.step(c, start, true)
+	for ; k != nil && err == nil; k, v, err = b.step(c, nil, false) {
 		if err := fn(k, v); err != nil {
 			return err
 		}
 	}
-	return nil
+	return err
+}
+
+// step moves c to start (first) or to the next key and decodes the record
+// there. fn runs outside it, so that a panic of the caller's own stays the
+// caller's.
+func (b *Bucket) step(c *bolt.Cursor, start []byte, first bool) (k, v []byte, err error) {
+	defer rethrowBolt()
+	var rec []byte
+	switch {
+	case !first:
+		k, rec = c.Next()
+	case start == nil:
+		k, rec = c.First()
+	default:
+		k, rec = c.Seek(start)
+	}
+	if k == nil {
+		return nil, nil, nil
+	}
+	if rec == nil {
+		return nil, nil, corruptf("state: system bucket %q: nested bucket %x where only records belong", b.name, k)
+	}
+	v, err = b.decode(k, rec)
+	return k, v, err
 }

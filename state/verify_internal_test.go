@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// smallFile returns the bytes of a small state file with a few namespaces,
-// groups and system entries, for fuzz seeds.
+// smallFile returns the bytes of a small state file with a few system
+// buckets and entries, for fuzz seeds.
 func smallFile(t testing.TB, entries int) []byte {
 	testPageSize = minPageSize
 	defer func() { testPageSize = 0 }()
@@ -19,11 +19,16 @@ func smallFile(t testing.TB, entries int) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, _ := s.Namespace("ns")
-	for i := range entries {
-		n.Put(i%4, fmt.Appendf(nil, "key-%d", i), fmt.Appendf(nil, "value-%d", i))
-	}
-	if _, err := s.Commit(func(tx *Tx) error {
+	if err := s.Update(func(tx *Tx) error {
+		for i := range entries {
+			b, err := tx.Bucket(fmt.Sprintf("oplog/%d", i%4))
+			if err != nil {
+				return err
+			}
+			if err := b.Put(fmt.Appendf(nil, "key-%d", i), fmt.Appendf(nil, "value-%d", i)); err != nil {
+				return err
+			}
+		}
 		b, err := tx.Bucket("outbox")
 		if err != nil {
 			return err
