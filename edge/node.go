@@ -120,8 +120,8 @@ const (
 )
 
 // Checkpoint metadata version 2: the pipelines' operator state is in
-// op records and bases (opstate.go). Version 1 kept it in state's
-// namespaces, which this build no longer reads.
+// op records and bases (opstate.go). Version 1 went with state's layout
+// version 1 (operator state in namespaces), which state.Open refuses.
 const checkpointVersion = 2
 
 func (c checkpoint) encode() []byte {
@@ -134,8 +134,6 @@ func (c checkpoint) encode() []byte {
 func decodeCheckpoint(b []byte) (checkpoint, error) {
 	var c checkpoint
 	switch {
-	case len(b) > 0 && b[0] == 1:
-		return c, fmt.Errorf("edge: checkpoint metadata version 1: written by an older runnel that kept operator state in a layout this build does not read; start from an empty data directory: %w", state.ErrFormat)
 	case len(b) == 0 || b[0] != checkpointVersion:
 		return c, fmt.Errorf("edge: checkpoint metadata: unknown version")
 	}
@@ -187,8 +185,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{}),
 		grew: make(chan struct{}), epochReqs: make(chan epochReq)}
 	n.acks.src = &n.status.src
-	// Operator state is kept in system buckets (opstate.go): the store's
-	// namespaces and their cache are not used.
+	// Operator state is kept in system buckets (opstate.go).
 	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, MmapBytes: mmapBytes})
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)

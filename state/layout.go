@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"unicode/utf8"
 )
@@ -10,11 +11,12 @@ import (
 // docs/formats/state-layout.md. This file holds the codecs; nothing here
 // touches bbolt.
 //
-//	meta/                      format and key group count (records)
-//	state/<namespace>/<group>  one bucket per (namespace, key group):
-//	                           user key -> record(value)
-//	sys/<name>                 system buckets written through Tx:
-//	                           key -> record(value)
+//	meta/          format and key group count (records)
+//	sys/<name>     system buckets written through Tx: key -> record(value)
+//
+// Layout version 1 also had state/<namespace>/<group> buckets of keyed
+// operator state; version 2 dropped them with the namespaces, and Open
+// refuses a version 1 file (ErrFormat).
 //
 // Every value is a record: a version byte, a CRC-32C and the payload. The
 // CRC covers the bucket the record belongs in, the key and the payload, so a
@@ -30,9 +32,8 @@ import (
 
 // Top-level bucket names.
 var (
-	bucketMeta  = []byte("meta")
-	bucketState = []byte("state")
-	bucketSys   = []byte("sys")
+	bucketMeta = []byte("meta")
+	bucketSys  = []byte("sys")
 )
 
 // Keys in the meta bucket.
@@ -44,21 +45,18 @@ var (
 const (
 	// layoutVersion is the version of the layout as a whole, stored under
 	// meta/format. A change to it means a new version.
-	layoutVersion = 1
+	layoutVersion = 2
 	// recordVersion is the first byte of every record.
 	recordVersion = 1
 	// recordHeaderSize is version (1) + CRC-32C (4).
 	recordHeaderSize = 5
-	// groupKeySize is the length of a group bucket's name.
-	groupKeySize = 2
 )
 
 // Domain bytes: the first byte the CRC of a record covers, which says what
 // kind of bucket the record lives in.
 const (
-	domainState = 's'
-	domainSys   = 'y'
-	domainMeta  = 'm'
+	domainSys  = 'y'
+	domainMeta = 'm'
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -71,12 +69,6 @@ func nameSeed(domain byte, name string) uint32 {
 	n := binary.PutUvarint(b[1:], uint64(len(name)))
 	c := crc32.Update(0, castagnoli, b[:1+n])
 	return crc32.Update(c, castagnoli, []byte(name))
-}
-
-// groupSeed continues a namespace seed with the two-byte group id.
-func groupSeed(nsSeed uint32, group int) uint32 {
-	g := groupKey(group)
-	return crc32.Update(nsSeed, castagnoli, g[:])
 }
 
 // metaSeed is the seed of records in the meta bucket.
@@ -146,26 +138,6 @@ func storedCRC(rec []byte) uint32 {
 	return binary.LittleEndian.Uint32(rec[1:])
 }
 
-// groupKey is the name of a key group's bucket: the group id, big endian, so
-// buckets sort by group and a range of groups is a contiguous key range.
-func groupKey(group int) [groupKeySize]byte {
-	var k [groupKeySize]byte
-	binary.BigEndian.PutUint16(k[:], uint16(group))
-	return k
-}
-
-// parseGroupKey decodes a group bucket name against the store's group count.
-func parseGroupKey(k []byte, groups int) (int, error) {
-	if len(k) != groupKeySize {
-		return 0, corruptf("group bucket name %x is %d bytes, want %d", k, len(k), groupKeySize)
-	}
-	g := int(binary.BigEndian.Uint16(k))
-	if g >= groups {
-		return 0, corruptf("group bucket %d is out of range for %d key groups", g, groups)
-	}
-	return g, nil
-}
-
 // digest is what a record bucket keeps in its bbolt sequence number.
 type digest struct {
 	count uint32
@@ -177,7 +149,7 @@ func (d *digest) remove(crc uint32) { d.count--; d.xor ^= crc }
 func (d digest) seq() uint64        { return uint64(d.count)<<32 | uint64(d.xor) }
 func digestOf(seq uint64) digest    { return digest{count: uint32(seq >> 32), xor: uint32(seq)} }
 
-// validName reports whether name may name a namespace or system bucket.
+// validName reports whether name may name a system bucket.
 func validName(name string) bool {
 	return name != "" && len(name) <= MaxNameSize && utf8.ValidString(name)
 }
@@ -193,6 +165,14 @@ func decodeMetaFormat(p []byte) (int, error) {
 		return 0, err
 	}
 	return int(v), nil
+}
+
+// formatVersionError is the error for a file of another layout version.
+func formatVersionError(v int) error {
+	if v == 1 {
+		return fmt.Errorf("%w: layout version 1, which kept operator state in namespaces (bucket state); this build reads version %d only: start from an empty file", ErrFormat, layoutVersion)
+	}
+	return fmt.Errorf("%w: layout version %d, this build reads version %d", ErrFormat, v, layoutVersion)
 }
 
 // encodeMetaKeyGroups and decodeMetaKeyGroups are the payload of

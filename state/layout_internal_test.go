@@ -9,7 +9,7 @@ import (
 )
 
 func TestRecord(t *testing.T) {
-	seed := groupSeed(nameSeed(domainState, "window/x"), 5)
+	seed := nameSeed(domainSys, "oplog/x")
 	rec, crc := appendRecord(nil, seed, []byte("key"), []byte("payload"))
 	if len(rec) != recordSize(len("payload")) || storedCRC(rec) != crc {
 		t.Fatalf("record %x, crc %08x", rec, crc)
@@ -26,9 +26,8 @@ func TestRecord(t *testing.T) {
 	}{
 		{"other key", seed, "kez", rec},
 		{"longer key", seed, "keyp", rec},
-		{"other group", groupSeed(nameSeed(domainState, "window/x"), 6), "key", rec},
-		{"other namespace", groupSeed(nameSeed(domainState, "window/y"), 5), "key", rec},
-		{"system bucket of the same name", nameSeed(domainSys, "window/x"), "key", rec},
+		{"other bucket", nameSeed(domainSys, "oplog/y"), "key", rec},
+		{"meta", metaSeed, "key", rec},
 		{"flipped payload", seed, "key", flip(rec, len(rec)-1)},
 		{"flipped crc", seed, "key", flip(rec, 2)},
 		{"version 2", seed, "key", append([]byte{2}, rec[1:]...)},
@@ -67,28 +66,10 @@ func flip(b []byte, i int) []byte {
 	return c
 }
 
-func TestGroupKey(t *testing.T) {
-	for _, g := range []int{0, 1, 255, 256, MaxKeyGroups - 1} {
-		k := groupKey(g)
-		got, err := parseGroupKey(k[:], MaxKeyGroups)
-		if err != nil || got != g {
-			t.Fatalf("group %d: %d, %v", g, got, err)
-		}
-	}
-	if a, b := groupKey(255), groupKey(256); bytes.Compare(a[:], b[:]) >= 0 {
-		t.Fatal("group keys do not sort by group")
-	}
-	for _, bad := range [][]byte{nil, {1}, {0, 1, 2}, {0, 9}} {
-		if _, err := parseGroupKey(bad, 8); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("parseGroupKey(%x): %v", bad, err)
-		}
-	}
-}
-
 // FuzzDecodeRecord: any bytes under any key either decode to a payload
 // that re-encodes to the same record, or give ErrCorrupt.
 func FuzzDecodeRecord(f *testing.F) {
-	seed := groupSeed(nameSeed(domainState, "ns"), 1)
+	seed := nameSeed(domainSys, "outbox")
 	rec, _ := appendRecord(nil, seed, []byte("k"), []byte("v"))
 	f.Add([]byte("k"), rec)
 	f.Add([]byte("k"), []byte{1, 0, 0, 0, 0})
@@ -103,28 +84,6 @@ func FuzzDecodeRecord(f *testing.F) {
 		again, crc2 := appendRecord(nil, seed, key, p)
 		if !bytes.Equal(again, rec) || crc != crc2 {
 			t.Fatalf("record %x decoded, re-encodes as %x", rec, again)
-		}
-	})
-}
-
-// FuzzGroupKey: bucket names decode to an in-range group that encodes back,
-// or give ErrCorrupt.
-func FuzzGroupKey(f *testing.F) {
-	f.Add([]byte{0, 5}, 128)
-	f.Add([]byte{0xff, 0xff}, MaxKeyGroups)
-	f.Fuzz(func(t *testing.T, k []byte, groups int) {
-		if groups < 1 || groups > MaxKeyGroups {
-			return
-		}
-		g, err := parseGroupKey(k, groups)
-		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("error not ErrCorrupt: %v", err)
-			}
-			return
-		}
-		if back := groupKey(g); g < 0 || g >= groups || !bytes.Equal(back[:], k) {
-			t.Fatalf("%x -> %d -> %x", k, g, back)
 		}
 	})
 }

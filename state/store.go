@@ -125,7 +125,7 @@ func (s *Store) initLayout(want int) (groups int, err error) {
 			return corruptf("meta/format: %v", err)
 		}
 		if v != layoutVersion {
-			return fmt.Errorf("%w: layout version %d, this build reads version %d", ErrFormat, v, layoutVersion)
+			return formatVersionError(v)
 		}
 		kg, err := readMetaRecord(mb, metaKeyKeyGroups)
 		if err != nil {
@@ -137,8 +137,8 @@ func (s *Store) initLayout(want int) (groups int, err error) {
 		if want != 0 && want != groups {
 			return fmt.Errorf("%w: the file has %d key groups, Options.KeyGroups is %d", ErrKeyGroups, groups, want)
 		}
-		if tx.Bucket(bucketState) == nil || tx.Bucket(bucketSys) == nil {
-			return corruptf("top level: bucket state or sys missing")
+		if tx.Bucket(bucketSys) == nil {
+			return corruptf("top level: bucket sys missing")
 		}
 		return nil
 	})
@@ -162,9 +162,6 @@ func writeMeta(tx *bolt.Tx, groups int) error {
 		d.add(crc)
 	}
 	if err := mb.SetSequence(d.seq()); err != nil {
-		return err
-	}
-	if _, err := tx.CreateBucket(bucketState); err != nil {
 		return err
 	}
 	_, err = tx.CreateBucket(bucketSys)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/bits"
 	"os"
-	"strconv"
 )
 
 // Verification of a bbolt file from its raw bytes, before bbolt maps it.
@@ -424,8 +423,8 @@ func checkOrder(k, prev, lo, hi []byte, i int) error {
 // The layout visitors check what docs/formats/state-layout.md describes.
 
 type rootVisitor struct {
-	c                        *checker
-	meta, state, sys, others bool
+	c                 *checker
+	meta, sys, others bool
 }
 
 func (v *rootVisitor) value(k, _ []byte) error {
@@ -437,12 +436,6 @@ func (v *rootVisitor) bucket(k []byte, seq uint64) (visitor, error) {
 	case bytes.Equal(k, bucketMeta):
 		v.meta = true
 		return &recordVisitor{path: "meta", seed: metaSeed, seq: seq, meta: v.c}, nil
-	case bytes.Equal(k, bucketState):
-		v.state = true
-		if !v.meta {
-			return nil, corruptf("top level: bucket state without bucket meta")
-		}
-		return &stateVisitor{c: v.c}, nil
 	case bytes.Equal(k, bucketSys):
 		v.sys = true
 		return &sysVisitor{}, nil
@@ -453,11 +446,13 @@ func (v *rootVisitor) bucket(k []byte, seq uint64) (visitor, error) {
 
 func (v *rootVisitor) done() error {
 	switch {
-	case v.others && !v.meta && !v.state && !v.sys:
+	case v.others && !v.meta && !v.sys:
 		// None of our buckets, all of someone else's: a foreign file. (One
 		// of ours missing, or renamed by a flipped bit, is corruption.)
 		return fmt.Errorf("%w: a bbolt file without this package's buckets", ErrFormat)
 	case v.others:
+		// A version 1 file's bucket state is not reached: meta, which
+		// sorts first, has already refused the file (ErrFormat).
 		return corruptf("top level: a bucket this layout does not have")
 	case !v.meta && v.sys:
 		return corruptf("top level: bucket sys without bucket meta")
@@ -474,41 +469,6 @@ type skipVisitor struct{}
 func (skipVisitor) value(_, _ []byte) error                    { return nil }
 func (skipVisitor) bucket(_ []byte, _ uint64) (visitor, error) { return skipVisitor{}, nil }
 func (skipVisitor) done() error                                { return nil }
-
-type stateVisitor struct{ c *checker }
-
-func (v *stateVisitor) value(k, _ []byte) error {
-	return corruptf("bucket state: a value under %q where only namespace buckets belong", k)
-}
-
-func (v *stateVisitor) bucket(k []byte, _ uint64) (visitor, error) {
-	if !validName(string(k)) {
-		return nil, corruptf("bucket state: invalid namespace name %q", k)
-	}
-	return &nsVisitor{c: v.c, name: string(k), seed: nameSeed(domainState, string(k))}, nil
-}
-
-func (v *stateVisitor) done() error { return nil }
-
-type nsVisitor struct {
-	c    *checker
-	name string
-	seed uint32
-}
-
-func (v *nsVisitor) value(k, _ []byte) error {
-	return corruptf("namespace %q: a value under %x where only group buckets belong", v.name, k)
-}
-
-func (v *nsVisitor) bucket(k []byte, seq uint64) (visitor, error) {
-	g, err := parseGroupKey(k, v.c.keyGroups)
-	if err != nil {
-		return nil, corruptf("namespace %q: %v", v.name, err)
-	}
-	return &recordVisitor{path: "state/" + v.name + "/" + strconv.Itoa(g), seed: groupSeed(v.seed, g), seq: seq}, nil
-}
-
-func (v *nsVisitor) done() error { return nil }
 
 type sysVisitor struct{}
 
@@ -552,7 +512,7 @@ func (v *recordVisitor) value(k, val []byte) error {
 			return corruptf("meta/format: %v", err)
 		}
 		if ver != layoutVersion {
-			return fmt.Errorf("%w: layout version %d, this build reads version %d", ErrFormat, ver, layoutVersion)
+			return formatVersionError(ver)
 		}
 		v.fmt = true
 	case bytes.Equal(k, metaKeyKeyGroups):

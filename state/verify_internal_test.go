@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // smallFile returns the bytes of a small state file with a few system
@@ -76,5 +80,88 @@ func TestSmallFileVerifies(t *testing.T) {
 		if err := verifyFile(bytes.NewReader(b), int64(len(b)), VerifyFull); err != nil {
 			t.Fatalf("%d entries, %d bytes: %v", n, len(b), err)
 		}
+	}
+}
+
+// TestLayoutVersion1 writes a file as layout version 1 did, with operator
+// state in a namespace bucket under state/: Open refuses it with ErrFormat
+// under either verification, saying why. A version 2 file that has grown a
+// bucket state is corrupt.
+func TestLayoutVersion1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v1.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(b *bolt.Bucket, seed uint32, k, v []byte) error {
+		rec, crc := appendRecord(nil, seed, k, v)
+		if err := b.Put(k, rec); err != nil {
+			return err
+		}
+		d := digestOf(b.Sequence())
+		d.add(crc)
+		return b.SetSequence(d.seq())
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		mb, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if err := put(mb, metaSeed, metaKeyFormat, []byte{1}); err != nil {
+			return err
+		}
+		if err := put(mb, metaSeed, metaKeyKeyGroups, encodeMetaKeyGroups(4)); err != nil {
+			return err
+		}
+		sb, err := tx.CreateBucket([]byte("state"))
+		if err != nil {
+			return err
+		}
+		nb, err := sb.CreateBucket([]byte("window/x"))
+		if err != nil {
+			return err
+		}
+		gb, err := nb.CreateBucket([]byte{0, 1})
+		if err != nil {
+			return err
+		}
+		seed := crc32.Update(nameSeed('s', "window/x"), castagnoli, []byte{0, 1})
+		if err := put(gb, seed, []byte("k"), []byte("v")); err != nil {
+			return err
+		}
+		_, err = tx.CreateBucket(bucketSys)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	for _, v := range []Verify{VerifyFull, VerifyQuick} {
+		_, err := Open(path, Options{NoSync: true, Verify: v})
+		if !errors.Is(err, ErrFormat) || errors.Is(err, ErrCorrupt) ||
+			!strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "namespaces") {
+			t.Fatalf("%s: Open of a version 1 file: %v; want ErrFormat naming the file and the namespaces", v, err)
+		}
+	}
+
+	// Version 2 with a bucket state added.
+	path = filepath.Join(t.TempDir(), "v2.db")
+	s, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if db, err = bolt.Open(path, 0o600, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket([]byte("state"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "does not have") {
+		t.Fatalf("Open of a version 2 file with a bucket state: %v; want ErrCorrupt", err)
 	}
 }
