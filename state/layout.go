@@ -159,12 +159,10 @@ func validName(name string) bool {
 func encodeMetaFormat() []byte { return []byte{layoutVersion} }
 
 func decodeMetaFormat(p []byte) (int, error) {
-	d := NewDecoder(p)
-	v := d.Byte()
-	if err := d.Finish(); err != nil {
-		return 0, err
+	if len(p) != 1 {
+		return 0, corruptf("%d bytes, want 1", len(p))
 	}
-	return int(v), nil
+	return int(p[0]), nil
 }
 
 // formatVersionError is the error for a file of another layout version.
@@ -177,15 +175,18 @@ func formatVersionError(v int) error {
 
 // encodeMetaKeyGroups and decodeMetaKeyGroups are the payload of
 // meta/keygroups: the key group count as a uvarint.
-func encodeMetaKeyGroups(n int) []byte { return AppendUvarint(nil, uint64(n)) }
+func encodeMetaKeyGroups(n int) []byte { return binary.AppendUvarint(nil, uint64(n)) }
 
 func decodeMetaKeyGroups(p []byte) (int, error) {
-	d := NewDecoder(p)
-	n := d.Uvarint()
-	if err := d.Finish(); err != nil {
-		return 0, err
-	}
-	if n < 1 || n > MaxKeyGroups {
+	n, k := binary.Uvarint(p)
+	switch {
+	case k <= 0:
+		return 0, corruptf("uvarint truncated or over 64 bits")
+	case k != len(p):
+		return 0, corruptf("%d trailing bytes after the uvarint", len(p)-k)
+	case k > 1 && p[k-1] == 0:
+		return 0, corruptf("uvarint not minimal")
+	case n < 1 || n > MaxKeyGroups:
 		return 0, corruptf("key group count %d is outside [1, %d]", n, MaxKeyGroups)
 	}
 	return int(n), nil
