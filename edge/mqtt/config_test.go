@@ -34,6 +34,16 @@ func TestValidate(t *testing.T) {
 			c.ConnectRetryMin, c.ConnectRetryMax, c.ConnectTimeout = time.Second, time.Minute, time.Second
 		}, nil},
 		{"clean start needs no client id", func(c *Config) { c.ClientID, c.CleanStart = "", true }, nil},
+		{"v3.1.1 ignores the v5-only fields", func(c *Config) {
+			c.Protocol = ProtocolV311
+			c.ReceiveMaximum, c.SessionExpiry = 5, time.Hour // ignored, not refused
+		}, nil},
+		{"v3.1.1 clean start still needs a client id", func(c *Config) {
+			c.Protocol = ProtocolV311
+			c.ReceiveMaximum, c.SessionExpiry = 5, time.Hour
+			c.ClientID, c.CleanStart = "", true
+		}, []string{"client_id: required with protocol 3.1.1"}},
+		{"unknown protocol", func(c *Config) { c.Protocol = "4" }, []string{`protocol "4"`}},
 		{"empty", func(c *Config) { *c = Config{} }, []string{
 			"brokers: none given", "client_id: required", "topics: none given"}},
 		{"bad brokers", func(c *Config) {

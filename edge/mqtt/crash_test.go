@@ -133,7 +133,7 @@ func TestCrashedProcessRedelivery(t *testing.T) {
 	for range lines { // the reader goroutine ends at EOF
 	}
 
-	src, ch := startSource(t, cfgFor(b, "crash"), n+later)
+	src, ch := startSource(t, cfgFor(b, ProtocolV5, "crash"), n+later)
 	publishSeq(t, pub, "sensors/c", n, n+later)
 	last := -1
 	for last < n+later-1 {
@@ -157,5 +157,5 @@ func TestCrashedProcessRedelivery(t *testing.T) {
 	}
 	nothingWithin(t, ch, 200*time.Millisecond, "every message was received")
 	closeSource(t, src)
-	assertDrained(t, b, "crash")
+	assertDrained(t, b, ProtocolV5, "crash")
 }
