@@ -20,6 +20,7 @@ import (
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/operators/spec"
 	"github.com/runnel-io/runnel/state"
 	"github.com/runnel-io/runnel/sync/uplink"
 )
@@ -93,6 +94,7 @@ type node struct {
 	epochReqs        chan epochReq
 	uplinkAck        atomic.Uint64
 	published        atomic.Uint64 // the MQTT outputs' cursor (publish.go)
+	publishes        bool          // some pipeline has an mqtt output
 	deletedTo        uint64        // writer only: outbox entries below are deleted
 	pendingDeletedTo uint64
 }
@@ -103,6 +105,8 @@ type pipe struct {
 	sink  *stagingSink
 	outs  *fileOutputs
 	state *pipeState // its operator state in the store (opstate.go)
+	toHub bool       // the spec lists a hub output
+	mqtt  []spec.Output
 }
 
 // checkpoint is the metadata of the last committed checkpoint.
@@ -256,6 +260,15 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		}
 		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts, groups: st.KeyGroups()}, outs: outs,
 			state: newPipeState(st.Path(), p.Name, st.KeyGroups())}
+		for _, o := range p.Spec.Outputs {
+			switch o.Kind {
+			case spec.OutputHub:
+				ps.toHub = true
+			case spec.OutputMQTT:
+				ps.mqtt = append(ps.mqtt, o)
+				n.publishes = true
+			}
+		}
 		n.pipes = append(n.pipes, ps)
 		opts := cfg.Runtime
 		if n.last.ID > 0 {
@@ -270,7 +283,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	if cfg.Uplink == nil {
 		for _, ps := range n.pipes {
-			if n.toHub(ps.p.Name) {
+			if ps.toHub {
 				lg.Warn("edge: the pipeline sends its results to the hub but no hub is configured (uplink.hub): they stay in the outbox, which grows up to the disk cap",
 					"pipeline", ps.p.Name)
 			}
@@ -329,7 +342,7 @@ func (n *node) run(ctx context.Context) error {
 		readers++
 		go func() { upDone <- n.runUplink(upCtx) }()
 	}
-	if n.publishes() {
+	if n.publishes {
 		readers++
 		go func() { upDone <- n.runPublisher(upCtx) }()
 	}

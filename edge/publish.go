@@ -24,28 +24,10 @@ import (
 
 const keyPublished = "mqtt_published"
 
-// publishes reports whether any pipeline has an mqtt output.
-func (n *node) publishes() bool {
-	for _, ps := range n.pipes {
-		for _, o := range ps.p.Spec.Outputs {
-			if o.Kind == spec.OutputMQTT {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// toHub reports whether pipeline sends its results to the hub.
-func (n *node) toHub(pipeline string) bool {
-	if ps := n.pipe(pipeline); ps != nil {
-		for _, o := range ps.p.Spec.Outputs {
-			if o.Kind == spec.OutputHub {
-				return true
-			}
-		}
-	}
-	return false
+// pipeToHub reports whether pipeline sends its results to the hub.
+func (n *node) pipeToHub(pipeline string) bool {
+	ps := n.pipe(pipeline)
+	return ps != nil && ps.toHub
 }
 
 // deletableUpTo is the highest outbox sequence every reader is past (0:
@@ -55,7 +37,7 @@ func (n *node) deletableUpTo() uint64 {
 	if n.cfg.Uplink != nil {
 		upTo, readers = min(upTo, n.uplinkAck.Load()), readers+1
 	}
-	if n.publishes() {
+	if n.publishes {
 		upTo, readers = min(upTo, n.published.Load()), readers+1
 	}
 	if readers == 0 {
@@ -68,20 +50,11 @@ func (n *node) deletableUpTo() uint64 {
 // until ctx is done.
 func (n *node) runPublisher(ctx context.Context) error {
 	ob := outboxView{n}
-	states := map[string]*pubPipe{}
-	for _, ps := range n.pipes {
-		var outs []spec.Output
-		for _, o := range ps.p.Spec.Outputs {
-			if o.Kind == spec.OutputMQTT {
-				outs = append(outs, o)
-			}
-		}
-		states[ps.p.Name] = &pubPipe{p: ps.p, outs: outs}
-	}
+	st := map[string]*aggregate.State{} // rendering scratch per pipeline
 	type job struct {
-		seq  uint64
-		pipe string
-		r    operators.Result
+		seq uint64
+		ps  *pipe // nil: nothing to publish (a marker, or no mqtt output)
+		r   operators.Result
 	}
 	var jobs []job
 	var payload []byte
@@ -103,8 +76,9 @@ func (n *node) runPublisher(ctx context.Context) error {
 			if e.Seq >= next || len(jobs) == 256 {
 				return false
 			}
-			j := job{seq: e.Seq, pipe: e.Pipeline}
-			if !e.Marker {
+			j := job{seq: e.Seq}
+			if ps := n.pipe(e.Pipeline); !e.Marker && ps != nil && len(ps.mqtt) > 0 {
+				j.ps = ps
 				j.r = operators.Result{Key: append([]byte(nil), e.Key...), Start: e.Start, End: e.End,
 					Version: e.Version, State: append([]byte(nil), e.State...)}
 			}
@@ -115,16 +89,15 @@ func (n *node) runPublisher(ctx context.Context) error {
 			return err
 		}
 		for _, j := range jobs {
-			pp := states[j.pipe]
-			if j.r.Key != nil && pp != nil && len(pp.outs) > 0 {
-				if pp.st == nil {
-					pp.st = pp.p.Aggregates.New()
+			if ps := j.ps; ps != nil {
+				if st[ps.p.Name] == nil {
+					st[ps.p.Name] = ps.p.Aggregates.New()
 				}
-				if payload, err = pp.p.AppendResultJSON(payload[:0], &j.r, pp.st); err != nil {
+				if payload, err = ps.p.AppendResultJSON(payload[:0], &j.r, st[ps.p.Name]); err != nil {
 					return fmt.Errorf("edge: render result %d: %w", j.seq, err)
 				}
 				props := map[string]string{"result_id": fmt.Sprintf("%s/%d", n.cfg.EdgeID, j.seq)}
-				for _, o := range pp.outs {
+				for _, o := range ps.mqtt {
 					if err := n.publishRetrying(ctx, o, payload, props); err != nil {
 						return nil // ctx done
 					}
@@ -133,12 +106,6 @@ func (n *node) runPublisher(ctx context.Context) error {
 			n.published.Store(j.seq)
 		}
 	}
-}
-
-type pubPipe struct {
-	p    *operators.Pipeline
-	outs []spec.Output
-	st   *aggregate.State
 }
 
 // publishRetrying publishes until the broker takes the message or ctx

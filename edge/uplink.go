@@ -36,7 +36,6 @@ func (o outboxView) Committed() (uint64, <-chan struct{}) {
 }
 
 func (o outboxView) Read(from uint64, fn func(*uplink.Entry) bool) error {
-	stop := errors.New("stop")
 	err := o.n.store.View(func(tx *state.Tx) error {
 		b, err := tx.Bucket(bucketOutbox)
 		if err != nil {
@@ -51,15 +50,15 @@ func (o outboxView) Read(from uint64, fn func(*uplink.Entry) bool) error {
 			if err != nil {
 				return err
 			}
-			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Local: !o.n.toHub(oe.Pipeline), Marker: oe.Marker, Watermark: oe.Watermark,
+			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Local: !o.n.pipeToHub(oe.Pipeline), Marker: oe.Marker, Watermark: oe.Watermark,
 				Key: oe.Result.Key, Start: oe.Result.Start, End: oe.Result.End, Version: oe.Result.Version, State: oe.Result.State}
 			if !fn(&e) {
-				return stop
+				return errStopScan
 			}
 			return nil
 		})
 	})
-	if errors.Is(err, stop) {
+	if errors.Is(err, errStopScan) {
 		return nil
 	}
 	return err
@@ -135,7 +134,7 @@ func (n *node) storeEpoch(epoch uint64) error {
 // transaction, and stores the MQTT outputs' cursor there too. It returns
 // the bytes freed.
 func (n *node) deleteAcked(tx *state.Tx, outbox *state.Bucket) (int64, error) {
-	if n.publishes() {
+	if n.publishes {
 		b, err := tx.Bucket(bucketUplink)
 		if err != nil {
 			return 0, err
