@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -24,6 +22,7 @@ import (
 	"github.com/runnel-io/runnel/edge/config"
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
+	"github.com/runnel-io/runnel/examples"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
 	"github.com/runnel-io/runnel/sync/uplink"
@@ -37,9 +36,6 @@ const usage = `usage:
   runnel-edge outbox --data-dir D --pipeline P.yaml [--side late|dead]
                                               print what a stopped node committed, as JSON lines
 `
-
-//go:embed demo-pipeline.yaml
-var demoPipeline []byte
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -96,14 +92,11 @@ func replay(ctx context.Context, args []string) error {
 	if *pipeline == "" {
 		return fmt.Errorf("%w: replay needs --pipeline", errUsage)
 	}
-	s, err := spec.Load(*pipeline)
+	ps, err := operators.LoadFiles([]string{*pipeline})
 	if err != nil {
 		return err
 	}
-	p, err := operators.Compile(s)
-	if err != nil {
-		return err
-	}
+	p := ps[0]
 	in, closeIn, err := openIn(*input)
 	if err != nil {
 		return err
@@ -167,17 +160,9 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func loadPipelines(paths []string) ([]*operators.Pipeline, error) {
-	var ps []*operators.Pipeline
-	for _, path := range paths {
-		s, err := spec.Load(path)
-		if err != nil {
-			return nil, err
-		}
-		p, err := operators.Compile(s)
-		if err != nil {
-			return nil, err
-		}
-		ps = append(ps, p)
+	ps, err := operators.LoadFiles(paths)
+	if err != nil {
+		return nil, err
 	}
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("%w: at least one --pipeline", errUsage)
@@ -199,28 +184,14 @@ func run(ctx context.Context, args []string) error {
 	lg := slog.New(handler)
 	var ps []*operators.Pipeline
 	if len(c.Pipelines) == 0 {
-		s, err := spec.Parse("built-in demo pipeline", demoPipeline)
-		if err != nil {
-			return err
-		}
-		p, err := operators.Compile(s)
+		p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)
 		if err != nil {
 			return err
 		}
 		ps = append(ps, p)
 		lg.Info("runnel-edge: no pipelines configured; running the built-in demo pipeline", "pipeline", p.Name)
-	} else {
-		var paths []string
-		for _, g := range c.Pipelines {
-			m, err := filepath.Glob(g)
-			if err != nil || len(m) == 0 {
-				m = []string{g} // let spec.Load report it
-			}
-			paths = append(paths, m...)
-		}
-		if ps, err = loadPipelines(paths); err != nil {
-			return err
-		}
+	} else if ps, err = operators.LoadFiles(c.Pipelines); err != nil {
+		return err
 	}
 	nc := edge.NodeConfig{
 		EdgeID: c.EdgeID, DataDir: c.DataDir, Pipelines: ps, EmbeddedAddr: c.Broker.EmbeddedAddr,

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,19 +13,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"syscall"
 
+	"github.com/runnel-io/runnel/examples"
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/hub/config"
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
 )
-
-//go:embed demo-pipeline.yaml
-var demoPipeline []byte
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -89,42 +85,15 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 // loadPipelines reads and compiles the pipeline specs (globs expanded);
 // none: the built-in demo pipeline.
 func loadPipelines(globs []string, lg *slog.Logger) ([]*operators.Pipeline, error) {
-	if len(globs) == 0 {
-		s, err := spec.Parse("built-in demo pipeline", demoPipeline)
-		if err != nil {
-			return nil, err
-		}
-		p, err := operators.Compile(s)
-		if err != nil {
-			return nil, err
-		}
-		lg.Info("runnel-hub: no pipelines configured; merging the built-in demo pipeline", "pipeline", p.Name)
-		return []*operators.Pipeline{p}, nil
+	if len(globs) > 0 {
+		return operators.LoadFiles(globs)
 	}
-	var ps []*operators.Pipeline
-	names := map[string]string{}
-	for _, g := range globs {
-		paths, err := filepath.Glob(g)
-		if err != nil || len(paths) == 0 {
-			paths = []string{g} // let spec.Load report it
-		}
-		for _, path := range paths {
-			s, err := spec.Load(path)
-			if err != nil {
-				return nil, err
-			}
-			p, err := operators.Compile(s)
-			if err != nil {
-				return nil, err
-			}
-			if other, dup := names[p.Name]; dup {
-				return nil, fmt.Errorf("pipelines %s and %s are both named %q; the hub merges by name", other, path, p.Name)
-			}
-			names[p.Name] = path
-			ps = append(ps, p)
-		}
+	p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)
+	if err != nil {
+		return nil, err
 	}
-	return ps, nil
+	lg.Info("runnel-hub: no pipelines configured; merging the built-in demo pipeline", "pipeline", p.Name)
+	return []*operators.Pipeline{p}, nil
 }
 
 func version() string {

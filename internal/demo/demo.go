@@ -31,7 +31,6 @@ import (
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/uplink"
 )
@@ -196,11 +195,7 @@ func Run(ctx context.Context, opts Options) error {
 func edgeID(i int) string { return fmt.Sprintf("edge-%d", i+1) }
 
 func compile(edge string) (*operators.Pipeline, error) {
-	s, err := spec.Parse("demo pipeline", []byte(fmt.Sprintf(Pipeline, edge)))
-	if err != nil {
-		return nil, err
-	}
-	return operators.Compile(s)
+	return operators.CompileYAML("demo pipeline", []byte(fmt.Sprintf(Pipeline, edge)))
 }
 
 // freeOr returns addr when given, else def if it can be bound, else a
