@@ -30,14 +30,15 @@ type slab struct {
 }
 
 type chunk struct {
-	states []aggregate.State
+	states aggregate.States
 	bits   [chunkSize / 64]uint64 // keys with data
 	dirty  [chunkSize / 64]uint64 // keys changed since the last snapshot
 	n      int                    // bits set
 }
 
-// state returns key idx's partial in the slab, marking it as holding data.
-func (o *Operator) slabState(sb *slab, idx int32) *aggregate.State {
+// slabState returns key idx's partial in the slab, marking it as holding
+// data.
+func (o *Operator) slabState(sb *slab, idx int32) aggregate.State {
 	c := int(idx >> chunkBits)
 	for len(sb.chunks) <= c {
 		sb.chunks = append(sb.chunks, nil)
@@ -54,21 +55,22 @@ func (o *Operator) slabState(sb *slab, idx int32) *aggregate.State {
 		ch.n++
 	}
 	ch.dirty[w] |= b
-	return &ch.states[i]
+	return ch.states.At(int(i))
 }
 
-// has returns key idx's partial in the slab, or nil when it has no data.
-func (sb *slab) has(idx int32) *aggregate.State {
+// has returns key idx's partial in the slab; ok is false when it has no
+// data.
+func (sb *slab) has(idx int32) (st aggregate.State, ok bool) {
 	c := int(idx >> chunkBits)
 	if c >= len(sb.chunks) || sb.chunks[c] == nil {
-		return nil
+		return st, false
 	}
 	ch := sb.chunks[c]
 	i := idx & chunkMask
 	if ch.bits[i>>6]&(1<<(i&63)) == 0 {
-		return nil
+		return st, false
 	}
-	return &ch.states[i]
+	return ch.states.At(int(i)), true
 }
 
 // slab returns the slab of the slice ending at se, creating it.
@@ -125,10 +127,12 @@ func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
 	if sb == nil || addSat(le, o.lateness) <= o.wm {
 		return false // every window holding this slice has closed
 	}
-	o.aggs.Add(o.slabState(sb, idx), in)
+	st := o.slabState(sb, idx)
+	o.aggs.Add(&st, in)
 	if o.blockLen > 0 {
 		if blk := o.blockOf(se); blk != nil {
-			o.aggs.Add(o.slabState(blk, idx), in) // a late record into a merged block
+			st := o.slabState(blk, idx)
+			o.aggs.Add(&st, in) // a late record into a merged block
 		}
 	}
 	k := &o.keys[idx]
@@ -252,12 +256,12 @@ func (o *Operator) fireWindow(e int64, first int) {
 				}
 			}
 		}
-		var acc []aggregate.State
+		var acc *aggregate.States
 		if len(cover) > 1 {
-			if o.acc == nil {
+			if o.acc.Len() == 0 {
 				o.acc = o.aggs.NewStates(chunkSize)
 			}
-			acc = o.acc
+			acc = &o.acc
 			for _, sb := range cover {
 				if c >= len(sb.chunks) || sb.chunks[c] == nil || sb.chunks[c].n == 0 {
 					continue
@@ -267,7 +271,8 @@ func (o *Operator) fireWindow(e int64, first int) {
 					for x != 0 {
 						i := w<<6 | bits.TrailingZeros64(x)
 						x &= x - 1
-						o.aggs.Merge(&acc[i], &ch.states[i])
+						dst, src := acc.At(i), ch.states.At(i)
+						o.aggs.Merge(&dst, &src)
 					}
 				}
 			}
@@ -282,10 +287,12 @@ func (o *Operator) fireWindow(e int64, first int) {
 					version = o.bumpVersion(idx, e)
 				}
 				if acc != nil {
-					o.emitResult(idx, e-o.sl.size, e, version, &acc[i])
-					o.aggs.Reset(&acc[i])
+					o.view = acc.At(i)
+					o.emitResult(idx, e-o.sl.size, e, version, &o.view)
+					o.aggs.Reset(&o.view)
 				} else {
-					o.emitResult(idx, e-o.sl.size, e, version, &cover[0].chunks[c].states[i])
+					o.view = cover[0].chunks[c].states.At(i)
+					o.emitResult(idx, e-o.sl.size, e, version, &o.view)
 				}
 			}
 		}
@@ -303,8 +310,8 @@ func (o *Operator) emitAligned(idx int32, e int64) {
 	o.aggs.Reset(st)
 	for _, sb := range o.slabs {
 		if sb.end > e-o.sl.size && sb.end <= e {
-			if s := sb.has(idx); s != nil {
-				o.aggs.Merge(st, s)
+			if s, ok := sb.has(idx); ok {
+				o.aggs.Merge(st, &s)
 			}
 		}
 	}
@@ -350,7 +357,8 @@ func (o *Operator) recycle(sb *slab) {
 			for x != 0 {
 				b := bits.TrailingZeros64(x)
 				x &= x - 1
-				o.aggs.Reset(&ch.states[w<<6|b])
+				st := ch.states.At(w<<6 | b)
+				o.aggs.Reset(&st)
 			}
 		}
 		ch.bits = [chunkSize / 64]uint64{}
@@ -448,7 +456,8 @@ func (o *Operator) mergeBlock(first, end int64, slabs []*slab) *slab {
 				for x != 0 {
 					i := w<<6 | bits.TrailingZeros64(x)
 					x &= x - 1
-					o.aggs.Merge(o.slabState(blk, int32(c<<chunkBits|i)), &ch.states[i])
+					dst, src := o.slabState(blk, int32(c<<chunkBits|i)), ch.states.At(i)
+					o.aggs.Merge(&dst, &src)
 				}
 			}
 		}

@@ -69,8 +69,9 @@ type Operator struct {
 	free   []*aggregate.State
 
 	scratch *aggregate.State
-	acc     []aggregate.State // a chunk of accumulators for firing sliding windows
-	cover   []*slab           // scratch for blockCover
+	acc     aggregate.States // a chunk of accumulators for firing sliding windows
+	view    aggregate.State  // the partial being emitted, when it lives in a slab
+	cover   []*slab          // scratch for blockCover
 	res     Result
 	stats   Stats
 	sink    uint64 // Prefetch's reads land here so they are not optimized away

@@ -58,8 +58,7 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 				if o.slabs[j].end == se {
 					c := int(idx[i] >> chunkBits)
 					if chs := o.slabs[j].chunks; c < len(chs) && chs[c] != nil {
-						st := &chs[c].states[idx[i]&chunkMask]
-						sink += o.aggs.Touch(st)
+						sink += chs[c].states.Touch(int(idx[i] & chunkMask))
 					}
 					break
 				}

@@ -84,7 +84,8 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 					i := wi<<6 | bits.TrailingZeros64(x)
 					x &= x - 1
 					k := &o.keys[c<<chunkBits|i]
-					vb = o.aggs.AppendEncode(vb[:0], &ch.states[i])
+					st := ch.states.At(i)
+					vb = o.aggs.AppendEncode(vb[:0], &st)
 					if err := w.Put(k.hash, sliceKey(kb[:0], sb.end, k.key()), vb); err != nil {
 						return err
 					}
@@ -228,7 +229,7 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 		}
 		sb := o.slab(t)
 		st := o.slabState(sb, idx)
-		if err := o.aggs.Decode(st, value); err != nil {
+		if err := o.aggs.Decode(&st, value); err != nil {
 			return fmt.Errorf("%w: slice %d: %w", ErrCorrupt, t, err)
 		}
 		ks.lastSlice = max(ks.lastSlice, t)

@@ -32,7 +32,7 @@ const stackSlots = 64
 // equal sketches encode to equal bytes.
 func (s *Set) AppendEncode(dst []byte, st *State) []byte {
 	dst = append(dst, encodingVersion)
-	dst = binary.AppendUvarint(dst, st.records)
+	dst = binary.AppendUvarint(dst, st.records())
 	for i := range s.aggs {
 		a := &s.aggs[i]
 		if a.fn == Count && a.in < 0 {
@@ -119,8 +119,7 @@ func (s *Set) Decode(st *State, b []byte) error {
 		vals = *p
 	}
 	vals = vals[:len(s.zero)]
-	records, err := s.parse(st, vals, b)
-	if err != nil {
+	if err := s.parse(st, vals, b); err != nil {
 		dropScratch(st)
 		return err
 	}
@@ -145,7 +144,6 @@ func (s *Set) Decode(st *State, b []byte) error {
 			}
 		}
 	}
-	st.records = records
 	copy(st.vals, vals)
 	return nil
 }
@@ -167,12 +165,10 @@ func (s *Set) MergeEncoded(dst *State, b []byte) error {
 		vals = *p
 	}
 	vals = vals[:len(s.zero)]
-	records, err := s.parse(dst, vals, b)
-	if err != nil {
+	if err := s.parse(dst, vals, b); err != nil {
 		dropScratch(dst)
 		return err
 	}
-	dst.records += records
 	mergeVals(s.adds, dst.vals, vals)
 	for _, a := range s.adds {
 		n := vals[a.off]
@@ -205,25 +201,26 @@ func dropScratch(st *State) {
 	}
 }
 
-// parse validates all of b. It leaves the scalar slots of the encoded state
-// in vals, a validated sketch per Distinct aggregate in st.sk.hllTmp, and the
+// parse validates all of b. It leaves the record count and the scalar slots
+// of the encoded state in vals, a validated sketch per Distinct aggregate in st.sk.hllTmp, and the
 // offset of each Quantile block in st.sk.qsAt; it changes nothing else in st.
-func (s *Set) parse(st *State, vals []float64, b []byte) (records uint64, err error) {
+func (s *Set) parse(st *State, vals []float64, b []byte) error {
 	if len(b) == 0 {
-		return 0, fmt.Errorf("aggregate: decode: empty input: %w", ErrCorrupt)
+		return fmt.Errorf("aggregate: decode: empty input: %w", ErrCorrupt)
 	}
 	if b[0] != encodingVersion {
-		return 0, fmt.Errorf("aggregate: decode: version byte %d, want %d: %w", b[0], encodingVersion, ErrVersion)
+		return fmt.Errorf("aggregate: decode: version byte %d, want %d: %w", b[0], encodingVersion, ErrVersion)
 	}
 	r := reader{b: b, off: 1}
 	records, bad := r.uvarint()
 	if bad != "" {
-		return 0, fmt.Errorf("aggregate: decode: record count at byte 1: %s: %w", bad, ErrCorrupt)
+		return fmt.Errorf("aggregate: decode: record count at byte 1: %s: %w", bad, ErrCorrupt)
 	}
 	if records > maxCount {
-		return 0, fmt.Errorf("aggregate: decode: record count %d exceeds 2^53: %w", records, ErrCorrupt)
+		return fmt.Errorf("aggregate: decode: record count %d exceeds 2^53: %w", records, ErrCorrupt)
 	}
 	copy(vals, s.zero)
+	vals[0] = math.Float64frombits(records)
 	for i := range s.aggs {
 		a := &s.aggs[i]
 		if a.fn == Count && a.in < 0 {
@@ -232,10 +229,10 @@ func (s *Set) parse(st *State, vals []float64, b []byte) (records uint64, err er
 		at := r.off
 		n, bad := r.uvarint()
 		if bad != "" {
-			return 0, s.corrupt(i, at, "count: "+bad)
+			return s.corrupt(i, at, "count: "+bad)
 		}
 		if n > records {
-			return 0, s.corrupt(i, at, fmt.Sprintf("count %d exceeds the record count %d", n, records))
+			return s.corrupt(i, at, fmt.Sprintf("count %d exceeds the record count %d", n, records))
 		}
 		if n == 0 {
 			continue
@@ -245,54 +242,54 @@ func (s *Set) parse(st *State, vals []float64, b []byte) (records uint64, err er
 		switch a.fn {
 		case Sum, Avg:
 			if v[1], bad = r.f64(); bad != "" {
-				return 0, s.corrupt(i, r.off, "sum: "+bad)
+				return s.corrupt(i, r.off, "sum: "+bad)
 			}
 		case Variance, Stddev:
 			if v[1], bad = r.f64(); bad != "" {
-				return 0, s.corrupt(i, r.off, "mean: "+bad)
+				return s.corrupt(i, r.off, "mean: "+bad)
 			}
 			if v[2], bad = r.f64(); bad != "" {
-				return 0, s.corrupt(i, r.off, "sum of squared deviations: "+bad)
+				return s.corrupt(i, r.off, "sum of squared deviations: "+bad)
 			}
 		case Min, Max:
 			at := r.off
 			if v[1], bad = r.f64(); bad != "" {
-				return 0, s.corrupt(i, at, "value: "+bad)
+				return s.corrupt(i, at, "value: "+bad)
 			}
 			if v[1] != v[1] {
-				return 0, s.corrupt(i, at, "value is NaN")
+				return s.corrupt(i, at, "value is NaN")
 			}
 			v[1] += 0 // -0 -> +0, as Add does
 		case First, Last:
 			at := r.off
 			t, bad := r.varint()
 			if bad != "" {
-				return 0, s.corrupt(i, at, "event time: "+bad)
+				return s.corrupt(i, at, "event time: "+bad)
 			}
 			v[1] = timeSlot(t)
 			at = r.off
 			if v[2], bad = r.f64(); bad != "" {
-				return 0, s.corrupt(i, at, "value: "+bad)
+				return s.corrupt(i, at, "value: "+bad)
 			}
 			if v[2] != v[2] {
-				return 0, s.corrupt(i, at, "value is NaN")
+				return s.corrupt(i, at, "value is NaN")
 			}
 			v[2] += 0
 		case Distinct:
 			if err := s.parseHLL(st.sk.hllTmp[a.sk], &r); err != nil {
-				return 0, fmt.Errorf("aggregate: decode: aggregate %d (%q, distinct): %w", i, s.specs[i].Name, err)
+				return fmt.Errorf("aggregate: decode: aggregate %d (%q, distinct): %w", i, s.specs[i].Name, err)
 			}
 		case Quantile:
 			st.sk.qsAt[a.sk] = r.off
 			if err := s.quant.read(&r, n, nil); err != nil {
-				return 0, fmt.Errorf("aggregate: decode: aggregate %d (%q, quantile): %w", i, s.specs[i].Name, err)
+				return fmt.Errorf("aggregate: decode: aggregate %d (%q, quantile): %w", i, s.specs[i].Name, err)
 			}
 		}
 	}
 	if r.off != len(b) {
-		return 0, fmt.Errorf("aggregate: decode: %d trailing bytes at byte %d: %w", len(b)-r.off, r.off, ErrCorrupt)
+		return fmt.Errorf("aggregate: decode: %d trailing bytes at byte %d: %w", len(b)-r.off, r.off, ErrCorrupt)
 	}
-	return records, nil
+	return nil
 }
 
 // parseHLL reads a length-prefixed HyperLogLog encoding into tmp, which the

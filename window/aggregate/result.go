@@ -45,7 +45,7 @@ type Value struct {
 func (s *Set) Result(st *State, i int) Value {
 	a := &s.aggs[i]
 	if a.fn == Count && a.in < 0 {
-		return Value{Kind: Int, Int: int64(st.records)}
+		return Value{Kind: Int, Int: int64(st.records())}
 	}
 	v := st.vals[a.off:]
 	n := v[0]

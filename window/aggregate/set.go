@@ -60,7 +60,7 @@ func (o Options) Validate() error {
 type agg struct {
 	fn  Func
 	in  int32   // input slot; -1 for count()
-	off int32   // first of this aggregate's slots in State.vals; its count n lives there
+	off int32   // first of this aggregate's slots in State.vals (>= 1: slot 0 is the record count); its count n lives there
 	sk  int32   // index into State.hll (Distinct) or State.qs (Quantile)
 	q   float64 // quantile
 }
@@ -72,7 +72,7 @@ func slots(f Func, in int) int {
 	switch f {
 	case Count:
 		if in < 0 {
-			return 0 // count() is State.records
+			return 0 // count() reads the record count, State.vals[0]
 		}
 		return 1 // n
 	case Sum, Avg:
@@ -99,8 +99,8 @@ type Set struct {
 	// its state in registers; the sketch calls go in their own loop.
 	scalars  []agg
 	sketches []agg
-	zero     []float64
-	json     [][]byte // `"name":` per spec, escaped once here
+	zero     []float64 // an empty State's vals
+	json     [][]byte  // `"name":` per spec, escaped once here
 
 	numInputs  int
 	hashInputs int
@@ -179,7 +179,8 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 		}
 		s.quant = q
 	}
-	off := 0
+	s.zero = []float64{0} // the record count
+	off := 1
 	for i, sp := range specs {
 		a := agg{fn: sp.Func, in: int32(sp.Input), off: int32(off), sk: -1, q: sp.Param}
 		n := slots(sp.Func, sp.Input)

@@ -2,27 +2,34 @@ package aggregate
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/axiomhq/hyperloglog"
 )
 
-// State is one partial aggregate of a Set: the scalar aggregates in one flat
-// []float64, plus one sketch per Distinct and Quantile aggregate (only when
-// the Set has them). The zero State is not usable; get one from Set.New.
+// State is one partial aggregate of a Set: the record count and the scalar
+// aggregates in one flat []float64, plus one sketch per Distinct and Quantile
+// aggregate (only when the Set has them). The zero State is not usable; get
+// one from Set.New, or a view of a partial of States from States.At.
 //
 // A State is not safe for concurrent use, and not even its read-only looking
 // methods may run concurrently: Result and AppendEncode compact sketches in
 // place.
 type State struct {
-	records uint64    // records added, plus records of merged states; count() reads it
-	vals    []float64 // scalar slots, laid out by Set.aggs[i].off
+	// vals[0] holds the records added, plus records of merged states, as
+	// uint64 bits (count() reads it); the scalar slots follow, laid out by
+	// Set.aggs[i].off. One slice for both keeps a partial in one place.
+	vals []float64
 
 	sk *sketches // nil unless the Set has Distinct or Quantile aggregates
 }
 
+// records returns the record count kept in slot 0.
+func (st *State) records() uint64 { return math.Float64bits(st.vals[0]) }
+
 // sketches is the part of a State only sketch Sets need; keeping it behind
-// one pointer keeps the State of scalar Sets small (40 bytes), which matters
-// when the window operator streams through slabs of them.
+// one pointer keeps the partials of scalar Sets small, which matters when
+// the window operator streams through slabs of them.
 type sketches struct {
 	hll    []*hyperloglog.Sketch // per Distinct aggregate
 	hllTmp []*hyperloglog.Sketch // Decode/MergeEncoded: sketches validated before they are applied
@@ -32,26 +39,32 @@ type sketches struct {
 
 // New returns an empty State for s. It allocates.
 func (s *Set) New() *State {
-	st := &State{vals: append([]float64(nil), s.zero...)}
-	if s.nHLL > 0 || s.nQuant > 0 {
-		st.sk = &sketches{}
+	return &State{vals: append([]float64(nil), s.zero...), sk: s.newSketches()}
+}
+
+// newSketches returns the sketches of an empty State, or nil for a Set
+// without Distinct and Quantile aggregates. It allocates.
+func (s *Set) newSketches() *sketches {
+	if s.nHLL == 0 && s.nQuant == 0 {
+		return nil
 	}
+	sk := &sketches{}
 	if s.nHLL > 0 {
-		st.sk.hll = make([]*hyperloglog.Sketch, s.nHLL)
-		st.sk.hllTmp = make([]*hyperloglog.Sketch, s.nHLL)
-		for i := range st.sk.hll {
-			st.sk.hll[i] = s.newHLL()
-			st.sk.hllTmp[i] = new(hyperloglog.Sketch)
+		sk.hll = make([]*hyperloglog.Sketch, s.nHLL)
+		sk.hllTmp = make([]*hyperloglog.Sketch, s.nHLL)
+		for i := range sk.hll {
+			sk.hll[i] = s.newHLL()
+			sk.hllTmp[i] = new(hyperloglog.Sketch)
 		}
 	}
 	if s.nQuant > 0 {
-		st.sk.qs = make([]*qsketch, s.nQuant)
-		st.sk.qsAt = make([]int, s.nQuant)
-		for i := range st.sk.qs {
-			st.sk.qs[i] = s.quant.newSketch()
+		sk.qs = make([]*qsketch, s.nQuant)
+		sk.qsAt = make([]int, s.nQuant)
+		for i := range sk.qs {
+			sk.qs[i] = s.quant.newSketch()
 		}
 	}
-	return st
+	return sk
 }
 
 func (s *Set) newHLL() *hyperloglog.Sketch {
@@ -69,7 +82,6 @@ func (s *Set) newHLL() *hyperloglog.Sketch {
 // encode every later partial in 2^p bytes and estimate even tiny
 // cardinalities inexactly, making results depend on the State's history.
 func (s *Set) Reset(st *State) {
-	st.records = 0
 	for _, a := range s.aggs {
 		switch a.fn {
 		case Distinct:
@@ -96,7 +108,7 @@ func (s *Set) resetHLL(st *State, a agg) {
 
 // Empty reports whether no record was added to st or merged into it since
 // it was created or Reset.
-func (s *Set) Empty(st *State) bool { return st.records == 0 }
+func (s *Set) Empty(st *State) bool { return st.records() == 0 }
 
 // Input is one record as the aggregates see it. NaN in Nums means null
 // (missing): numeric aggregates skip it, count() still counts the record. A
@@ -114,8 +126,8 @@ type Input struct {
 // Add does not allocate for the scalar aggregates (count through last).
 // Distinct and Quantile allocate now and then, when a sketch grows.
 func (s *Set) Add(st *State, in *Input) {
-	st.records++
 	v := st.vals
+	v[0] = math.Float64frombits(math.Float64bits(v[0]) + 1) // the record count
 	nums := in.Nums
 	for i := range s.scalars {
 		a := &s.scalars[i]
@@ -190,7 +202,6 @@ func (s *Set) Add(st *State, in *Input) {
 // rounding for sum, avg, variance and stddev). src is not changed. Merge
 // does not allocate for the scalar aggregates.
 func (s *Set) Merge(dst, src *State) {
-	dst.records += src.records
 	mergeVals(s.adds, dst.vals, src.vals)
 	if s.nHLL == 0 && s.nQuant == 0 {
 		return
@@ -210,8 +221,9 @@ func (s *Set) Merge(dst, src *State) {
 	}
 }
 
-// mergeVals merges the scalar slots sv into dv.
+// mergeVals merges the record count and the scalar slots sv into dv.
 func mergeVals(aggs []agg, dv, sv []float64) {
+	dv[0] = math.Float64frombits(math.Float64bits(dv[0]) + math.Float64bits(sv[0])) // the record count
 	for i := range aggs {
 		a := &aggs[i]
 		o := a.off
@@ -288,6 +300,5 @@ func (s *Set) CopyTo(dst, src *State) {
 			dst.sk.qs[a.sk].merge(src.sk.qs[a.sk])
 		}
 	}
-	dst.records = src.records
 	copy(dst.vals, src.vals)
 }

@@ -239,32 +239,39 @@ func TestInputSlots(t *testing.T) {
 	}
 }
 
-// TestNewStates: slab-allocated States (states.go, for the window
-// operator) behave like States from New and do not share slots.
+// TestNewStates: partials of States (states.go, for the window operator)
+// behave like States from New, keep what is done through their views, and
+// do not share slots.
 func TestNewStates(t *testing.T) {
 	for _, specs := range [][]Spec{scalarSpecs, {{Name: "ids", Func: Distinct}, {Name: "p", Func: Quantile, Param: 0.5}, {Name: "avg", Func: Avg}}} {
 		s := mustSet(t, Options{}, specs...)
 		sts := s.NewStates(3)
+		if sts.Len() != 3 {
+			t.Fatalf("Len = %d, want 3", sts.Len())
+		}
 		ref := s.New()
-		for i := range sts {
-			if !s.Empty(&sts[i]) {
-				t.Fatalf("slab State %d not empty", i)
+		for i := range sts.Len() {
+			if st := sts.At(i); !s.Empty(&st) {
+				t.Fatalf("partial %d not empty", i)
 			}
 		}
-		addAll(s, &sts[1], rec{t: 1, x: 2, h: hashOf(1)}, rec{t: 2, x: -4, h: hashOf(2)})
+		st := sts.At(1)
+		addAll(s, &st, rec{t: 1, x: 2, h: hashOf(1)}, rec{t: 2, x: -4, h: hashOf(2)})
 		addAll(s, ref, rec{t: 1, x: 2, h: hashOf(1)}, rec{t: 2, x: -4, h: hashOf(2)})
-		if a, b := s.AppendEncode(nil, &sts[1]), s.AppendEncode(nil, ref); string(a) != string(b) {
-			t.Errorf("slab State encodes %x, New State %x", a, b)
+		again := sts.At(1)
+		if a, b := s.AppendEncode(nil, &again), s.AppendEncode(nil, ref); string(a) != string(b) {
+			t.Errorf("partial encodes %x, New State %x", a, b)
 		}
 		empty := s.AppendEncode(nil, s.New())
 		for _, i := range []int{0, 2} {
-			if got := s.AppendEncode(nil, &sts[i]); string(got) != string(empty) {
-				t.Errorf("adding to slab State 1 changed State %d: %x", i, got)
+			other := sts.At(i)
+			if got := s.AppendEncode(nil, &other); string(got) != string(empty) {
+				t.Errorf("adding to partial 1 changed partial %d: %x", i, got)
 			}
 		}
-		s.Reset(&sts[1])
-		if got := s.AppendEncode(nil, &sts[1]); string(got) != string(empty) {
-			t.Errorf("Reset slab State encodes %x", got)
+		s.Reset(&st)
+		if got := s.AppendEncode(nil, &again); string(got) != string(empty) {
+			t.Errorf("Reset partial encodes %x", got)
 		}
 	}
 }

@@ -1,29 +1,59 @@
 package aggregate
 
-// NewStates returns n empty States whose scalar slots share one allocation,
-// for callers that keep many partials side by side (the window operator's
-// per-slice slabs): walking them then streams through memory. It allocates.
-func (s *Set) NewStates(n int) []State {
-	sts := make([]State, n)
-	w := len(s.zero)
-	vals := make([]float64, n*w)
-	for i := range sts {
-		v := vals[i*w : (i+1)*w : (i+1)*w]
-		copy(v, s.zero)
-		if s.nHLL > 0 || s.nQuant > 0 {
-			sts[i] = *s.New()
-		}
-		sts[i].vals = v
-	}
-	return sts
+import "math"
+
+// States is n partials of one Set side by side, for callers that keep many
+// of them (the window operator's per-slice slabs): the record count and
+// scalar slots of partial i are one run of a single []float64, so reaching a
+// partial touches one place in memory, and walking them streams through it.
+// The zero States holds none.
+type States struct {
+	vals   []float64   // partial i is vals[i*stride : (i+1)*stride]
+	sk     []*sketches // partial i's sketches; nil unless the Set has sketches
+	stride int
 }
 
-// Touch reads st's memory and returns a value of no meaning. The window
-// operator calls it to pull partials into cache ahead of Add; see
-// window.Operator.Prefetch.
-func (s *Set) Touch(st *State) uint64 {
-	if len(st.vals) == 0 {
-		return st.records
+// NewStates returns n empty partials. It allocates.
+func (s *Set) NewStates(n int) States {
+	w := len(s.zero)
+	ss := States{vals: make([]float64, n*w), stride: w}
+	for i := range n {
+		copy(ss.vals[i*w:], s.zero)
 	}
-	return st.records + uint64(st.vals[0])
+	if s.nHLL > 0 || s.nQuant > 0 {
+		ss.sk = make([]*sketches, n)
+		for i := range ss.sk {
+			ss.sk[i] = s.newSketches()
+		}
+	}
+	return ss
+}
+
+// Len returns the number of partials.
+func (ss *States) Len() int {
+	if ss.stride == 0 {
+		return 0
+	}
+	return len(ss.vals) / ss.stride
+}
+
+// At returns partial i as a State that shares its memory: what is done to
+// the State is done to the partial. The State stays valid as long as ss.
+func (ss *States) At(i int) State {
+	w := ss.stride
+	st := State{vals: ss.vals[i*w : (i+1)*w : (i+1)*w]}
+	if ss.sk != nil {
+		st.sk = ss.sk[i]
+	}
+	return st
+}
+
+// Touch reads partial i's memory and returns a value of no meaning. The
+// window operator calls it to pull partials into cache ahead of Add; see
+// window.Operator.Prefetch. It reads both ends of the partial, in case it
+// straddles two cache lines.
+func (ss *States) Touch(i int) uint64 {
+	w := ss.stride
+	v := ss.vals[i*w : (i+1)*w]
+	return math.Float64bits(v[0]) + math.Float64bits(v[w-1])
 }
