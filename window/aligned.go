@@ -135,8 +135,6 @@ func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
 			o.aggs.Add(&st, in) // a late record into a merged block
 		}
 	}
-	k := &o.keys[idx]
-	k.lastSlice = max(k.lastSlice, se)
 	if fe > o.wm {
 		return true // its windows fire when the watermark reaches them
 	}
@@ -207,7 +205,7 @@ func (o *Operator) advanceAligned() {
 	n := 0
 	for n < len(o.slabs) && addSat(o.sl.lastEnd(o.slabs[n].end), o.lateness) <= o.wm {
 		o.dropped = append(o.dropped, o.slabs[n].end)
-		o.recycle(o.slabs[n])
+		o.recycle(o.slabs[n], true)
 		n++
 	}
 	if n > 0 {
@@ -217,7 +215,7 @@ func (o *Operator) advanceAligned() {
 	}
 	n = 0
 	for n < len(o.blocks) && addSat(o.sl.lastEnd(o.blocks[n].first), o.lateness) <= o.wm {
-		o.recycle(o.blocks[n])
+		o.recycle(o.blocks[n], false)
 		n++
 	}
 	if n > 0 {
@@ -345,20 +343,27 @@ func (o *Operator) bumpVersion(idx int32, e int64) uint32 {
 	return 1
 }
 
-func (o *Operator) recycle(sb *slab) {
+// recycle empties sb and keeps it for reuse. Dropping a slice (not a block)
+// also records it as its keys' lastSlice, which Add leaves alone so as not
+// to touch the key's bookkeeping per record.
+func (o *Operator) recycle(sb *slab, slice bool) {
 	if o.last.sb == sb {
 		o.last = lastSlice{}
 	}
-	for _, ch := range sb.chunks {
+	for c, ch := range sb.chunks {
 		if ch == nil || ch.n == 0 {
 			continue
 		}
 		for w, x := range ch.bits {
 			for x != 0 {
-				b := bits.TrailingZeros64(x)
+				i := w<<6 | bits.TrailingZeros64(x)
 				x &= x - 1
-				st := ch.states.At(w<<6 | b)
+				st := ch.states.At(i)
 				o.aggs.Reset(&st)
+				if slice {
+					k := &o.keys[c<<chunkBits|i]
+					k.lastSlice = max(k.lastSlice, sb.end)
+				}
 			}
 		}
 		ch.bits = [chunkSize / 64]uint64{}
@@ -368,16 +373,27 @@ func (o *Operator) recycle(sb *slab) {
 	o.freeSlabs = append(o.freeSlabs, sb)
 }
 
-// sweepAligned forgets keys whose data has all been dropped for idleKeep.
+// sweepAligned forgets keys whose data has all been dropped for idleKeep:
+// keys without data in a live slab whose lastSlice is that old.
 func (o *Operator) sweepAligned() {
-	for i := range o.keys {
-		k := &o.keys[i]
-		if !k.live {
-			continue
+	for c := 0; c*chunkSize < len(o.keys); c++ {
+		var held [chunkSize / 64]uint64 // keys with data in a live slab
+		for _, sb := range o.slabs {
+			if c < len(sb.chunks) && sb.chunks[c] != nil && sb.chunks[c].n > 0 {
+				for w, x := range sb.chunks[c].bits {
+					held[w] |= x
+				}
+			}
 		}
-		if o.wm == MaxTime || k.lastSlice == MinTime ||
-			addSat(addSat(o.sl.lastEnd(k.lastSlice), o.lateness), o.idleKeep) <= o.wm {
-			o.forget(int32(i))
+		for i := c * chunkSize; i < min(len(o.keys), (c+1)*chunkSize); i++ {
+			k := &o.keys[i]
+			if !k.live || held[i&chunkMask>>6]&(1<<(i&63)) != 0 {
+				continue
+			}
+			if o.wm == MaxTime || k.lastSlice == MinTime ||
+				addSat(addSat(o.sl.lastEnd(k.lastSlice), o.lateness), o.idleKeep) <= o.wm {
+				o.forget(int32(i))
+			}
 		}
 	}
 	o.nextSweep = addSat(o.wm, o.idleKeep)

@@ -1,7 +1,5 @@
 package window
 
-import "bytes"
-
 // keyIndex maps keys to dense indexes into Operator.keys, by open addressing
 // with linear probing on the caller's 64-bit key hash. Dense indexes let
 // aligned-window state live in per-slice arrays indexed by key (slabs), and
@@ -27,14 +25,14 @@ func newKeyIndex() keyIndex {
 // whose low bits were used to route keys to this worker still spread.
 func (x *keyIndex) home(h uint64) uint64 { return (h * 0x9E3779B97F4A7C15) >> x.shift }
 
-func (x *keyIndex) find(h uint64, key []byte, keys []keyState) int32 {
+func (x *keyIndex) find(h uint64, key []byte, names *keyNames) int32 {
 	mask := uint64(len(x.slots) - 1)
 	for i := x.home(h); ; i = (i + 1) & mask {
 		s := x.slots[i]
 		if s.idx == 0 {
 			return -1
 		}
-		if s.hash == h && bytes.Equal(keys[s.idx-1].key(), key) {
+		if s.hash == h && names.equal(s.idx-1, key) {
 			return s.idx - 1
 		}
 	}
@@ -97,4 +95,57 @@ func (x *keyIndex) remove(h uint64, idx int32) {
 			}
 		}
 	}
+}
+
+// keyNames keeps the key bytes by key index. Short keys sit inline in a
+// dense array of 32-byte entries, two per cache line: confirming a key found
+// in the index, the only per-record access to key bookkeeping on aligned
+// windows, touches one line.
+type keyNames struct {
+	short []keyName
+	long  [][]byte // per index: the key when longer than inlineKey; owned, reused when the index is recycled
+}
+
+type keyName struct {
+	n   int32
+	inl [inlineKey]byte // the key when n <= inlineKey
+}
+
+// inlineKey is the longest key kept inline.
+const inlineKey = 28
+
+// get returns key idx's bytes; they stay valid until the next set.
+func (kn *keyNames) get(idx int32) []byte {
+	nm := &kn.short[idx]
+	if nm.n <= inlineKey {
+		return nm.inl[:nm.n]
+	}
+	return kn.long[idx]
+}
+
+// equal reports whether key idx is key.
+func (kn *keyNames) equal(idx int32, key []byte) bool {
+	nm := &kn.short[idx]
+	if int(nm.n) != len(key) {
+		return false
+	}
+	if nm.n <= inlineKey {
+		return string(nm.inl[:nm.n]) == string(key)
+	}
+	return string(kn.long[idx]) == string(key)
+}
+
+// set makes key the key of idx, which is at most one past the last index.
+func (kn *keyNames) set(idx int32, key []byte) {
+	if int(idx) == len(kn.short) {
+		kn.short = append(kn.short, keyName{})
+		kn.long = append(kn.long, nil)
+	}
+	nm := &kn.short[idx]
+	nm.n = int32(len(key))
+	if len(key) <= inlineKey {
+		copy(nm.inl[:], key)
+		return
+	}
+	kn.long[idx] = append(kn.long[idx][:0], key...)
 }

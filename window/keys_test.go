@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -12,7 +13,7 @@ import (
 func TestKeyIndexMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		x := newKeyIndex()
-		var keys []keyState
+		var names keyNames
 		ref := map[string]int32{}
 		hashBits := rapid.SampledFrom([]uint64{0, 3, 64}).Draw(t, "hashBits")
 		hash := func(k string) uint64 {
@@ -27,20 +28,21 @@ func TestKeyIndexMatchesMap(t *testing.T) {
 		}
 		for range rapid.IntRange(0, 3000).Draw(t, "ops") {
 			k := fmt.Sprintf("k%d", rapid.IntRange(0, 400).Draw(t, "key"))
+			if len(k)%2 == 0 {
+				k = strings.Repeat(k, 20) // beyond inlineKey
+			}
 			idx, ok := ref[k]
-			if got := x.find(hash(k), []byte(k), keys); (got >= 0) != ok || (ok && got != idx) {
+			if got := x.find(hash(k), []byte(k), &names); (got >= 0) != ok || (ok && got != idx) {
 				t.Fatalf("find(%s) = %d, want %d (present %v)", k, got, idx, ok)
 			}
 			if ok {
 				x.remove(hash(k), idx)
 				delete(ref, k)
-				keys[idx].setKey(nil)
+				names.set(idx, nil)
 				continue
 			}
-			idx = int32(len(keys))
-			var ks keyState
-			ks.setKey([]byte(k))
-			keys = append(keys, ks)
+			idx = int32(len(names.short))
+			names.set(idx, []byte(k))
 			x.insert(hash(k), idx)
 			ref[k] = idx
 		}
@@ -48,7 +50,7 @@ func TestKeyIndexMatchesMap(t *testing.T) {
 			t.Fatalf("n = %d, want %d", x.n, len(ref))
 		}
 		for k, idx := range ref {
-			if got := x.find(hash(k), []byte(k), keys); got != idx {
+			if got := x.find(hash(k), []byte(k), &names); got != idx {
 				t.Fatalf("final find(%s) = %d, want %d", k, got, idx)
 			}
 		}

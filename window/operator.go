@@ -50,6 +50,7 @@ type Operator struct {
 
 	wm    int64
 	index keyIndex
+	names keyNames
 	keys  []keyState
 	freeK []int32
 	live  int
@@ -96,18 +97,14 @@ type Stats struct {
 	Updates uint64 // results with version > 1
 }
 
-// keyState is what the operator keeps per key besides window contents.
-// The fields Add needs come first, and short keys are stored inline, so that
-// finding a key touches one cache line more than its index slot.
+// keyState is what the operator keeps per key besides its key bytes
+// (keyNames) and window contents. Add on aligned windows does not touch it.
 type keyState struct {
 	hash uint64
-	klen int32
 	live bool
-	inl  [inlineKey]byte // the key when klen <= inlineKey
-	long []byte          // the key when longer; owned, reused when the slot is recycled
 
 	// aligned windows
-	lastSlice int64         // latest slice end holding data of this key
+	lastSlice int64         // latest slice end holding data of this key among the slabs dropped so far
 	fired     []firedWindow // versions of windows still within lateness, ordered by end
 
 	changed bool // versions or sessions changed since the last snapshot
@@ -120,26 +117,6 @@ type keyState struct {
 }
 
 const unregistered = MaxTime
-
-// inlineKey is the longest key kept inside its keyState.
-const inlineKey = 32
-
-// key returns k's key bytes; they stay valid until the next new key.
-func (k *keyState) key() []byte {
-	if int(k.klen) <= inlineKey {
-		return k.inl[:k.klen]
-	}
-	return k.long
-}
-
-func (k *keyState) setKey(key []byte) {
-	k.klen = int32(len(key))
-	if len(key) <= inlineKey {
-		copy(k.inl[:], key)
-		return
-	}
-	k.long = append(k.long[:0], key...)
-}
 
 type firedWindow struct {
 	end     int64
@@ -217,7 +194,7 @@ func (o *Operator) Advance(wm int64) {
 // the late output. Add must follow the Advance to the watermark that
 // includes this event.
 func (o *Operator) Add(key []byte, hash uint64, in *aggregate.Input) bool {
-	idx := o.index.find(hash, key, o.keys)
+	idx := o.index.find(hash, key, &o.names)
 	if idx < 0 {
 		if o.tooLate(in.Time) {
 			o.stats.Late++
@@ -257,8 +234,8 @@ func (o *Operator) newKey(key []byte, hash uint64) int32 {
 		idx = int32(len(o.keys))
 		o.keys = append(o.keys, keyState{})
 	}
+	o.names.set(idx, key)
 	k := &o.keys[idx]
-	k.setKey(key)
 	k.hash = hash
 	k.live = true
 	k.lastSlice = MinTime
@@ -277,7 +254,7 @@ func (o *Operator) forget(idx int32) {
 		if o.kind == Session {
 			tag = 'x'
 		}
-		o.deleted = append(o.deleted, deletedEntry{k.hash, append([]byte{tag}, k.key()...)})
+		o.deleted = append(o.deleted, deletedEntry{k.hash, append([]byte{tag}, o.names.get(idx)...)})
 	}
 	k.stored, k.changed = false, false
 	for _, s := range k.sessions {
@@ -309,7 +286,7 @@ func (o *Operator) putState(st *aggregate.State) {
 
 func (o *Operator) emitResult(idx int32, start, end int64, version uint32, st *aggregate.State) {
 	k := &o.keys[idx]
-	o.res = Result{Key: k.key(), Hash: k.hash, Start: start, End: end, Version: version, State: st}
+	o.res = Result{Key: o.names.get(idx), Hash: k.hash, Start: start, End: end, Version: version, State: st}
 	o.stats.Emitted++
 	if version > 1 {
 		o.stats.Updates++

@@ -38,14 +38,14 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 			}
 			if s.hash == h {
 				idx[i] = s.idx - 1
-				sink += uint64(o.keys[s.idx-1].klen)
+				sink += uint64(o.names.short[s.idx-1].n)
 				break
 			}
 		}
 	}
 	for i := range n {
-		if idx[i] >= 0 && o.keys[idx[i]].klen > inlineKey {
-			sink += uint64(o.keys[idx[i]].long[0]) // long keys live apart
+		if idx[i] >= 0 && o.names.short[idx[i]].n > inlineKey {
+			sink += uint64(o.names.long[idx[i]][0]) // long keys live apart
 		}
 	}
 	if o.kind != Session && len(o.slabs) > 0 {

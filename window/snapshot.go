@@ -83,10 +83,10 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 				for x != 0 {
 					i := wi<<6 | bits.TrailingZeros64(x)
 					x &= x - 1
-					k := &o.keys[c<<chunkBits|i]
+					idx := int32(c<<chunkBits | i)
 					st := ch.states.At(i)
 					vb = o.aggs.AppendEncode(vb[:0], &st)
-					if err := w.Put(k.hash, sliceKey(kb[:0], sb.end, k.key()), vb); err != nil {
+					if err := w.Put(o.keys[idx].hash, sliceKey(kb[:0], sb.end, o.names.get(idx)), vb); err != nil {
 						return err
 					}
 				}
@@ -100,7 +100,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 			return nil
 		}
 		if o.kind == Session {
-			kb = append(append(kb[:0], 'x'), k.key()...)
+			kb = append(append(kb[:0], 'x'), o.names.get(idx)...)
 			if len(k.sessions) == 0 {
 				k.stored = false
 				return w.Delete(k.hash, kb)
@@ -120,7 +120,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 				vb = append(vb, o.enc...)
 			}
 		} else {
-			kb = append(append(kb[:0], 'v'), k.key()...)
+			kb = append(append(kb[:0], 'v'), o.names.get(idx)...)
 			if len(k.fired) == 0 {
 				k.stored = false
 				return w.Delete(k.hash, kb)
@@ -214,7 +214,7 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 	default:
 		return bad("unknown entry kind %q", key[0])
 	}
-	idx := o.index.find(hash, k, o.keys)
+	idx := o.index.find(hash, k, &o.names)
 	if idx < 0 {
 		idx = o.newKey(k, hash)
 	}
@@ -232,7 +232,6 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 		if err := o.aggs.Decode(&st, value); err != nil {
 			return fmt.Errorf("%w: slice %d: %w", ErrCorrupt, t, err)
 		}
-		ks.lastSlice = max(ks.lastSlice, t)
 	case 'v':
 		if o.kind == Session {
 			return bad("window versions in a session operator")
