@@ -6,33 +6,43 @@ package window
 // keep a key's bookkeeping in one contiguous array instead of behind
 // pointers. Removal shifts later entries back (no tombstones), so lookups
 // never slow down as keys come and go.
+//
+// A slot is 8 bytes: the top 32 bits of the mixed hash (its leading bits are
+// the slot's home, the rest tell keys of one neighbourhood apart) and the
+// index. Small slots keep the table, read at a random place per record, half
+// as large as with the whole hash; a mix that matches is confirmed against
+// the key bytes anyway.
 type keyIndex struct {
 	slots []kslot
-	shift uint // 64 - log2(len(slots))
+	shift uint // 32 - log2(len(slots))
 	n     int
 }
 
 type kslot struct {
-	hash uint64
-	idx  int32 // index+1; 0 marks an empty slot
+	mix uint32
+	idx int32 // index+1; 0 marks an empty slot
 }
 
 func newKeyIndex() keyIndex {
-	return keyIndex{slots: make([]kslot, 1024), shift: 64 - 10}
+	return keyIndex{slots: make([]kslot, 1024), shift: 32 - 10}
 }
 
-// home spreads hashes over the table with a Fibonacci multiply, so hashes
-// whose low bits were used to route keys to this worker still spread.
-func (x *keyIndex) home(h uint64) uint64 { return (h * 0x9E3779B97F4A7C15) >> x.shift }
+// mix spreads hashes with a Fibonacci multiply, so hashes whose low bits
+// were used to route keys to this worker still spread.
+func mix(h uint64) uint32 { return uint32((h * 0x9E3779B97F4A7C15) >> 32) }
+
+// home returns the slot a mix probes from.
+func (x *keyIndex) home(m uint32) uint64 { return uint64(m >> x.shift) }
 
 func (x *keyIndex) find(h uint64, key []byte, names *keyNames) int32 {
+	m := mix(h)
 	mask := uint64(len(x.slots) - 1)
-	for i := x.home(h); ; i = (i + 1) & mask {
+	for i := x.home(m); ; i = (i + 1) & mask {
 		s := x.slots[i]
 		if s.idx == 0 {
 			return -1
 		}
-		if s.hash == h && names.equal(s.idx-1, key) {
+		if s.mix == m && names.equal(s.idx-1, key) {
 			return s.idx - 1
 		}
 	}
@@ -43,12 +53,13 @@ func (x *keyIndex) insert(h uint64, idx int32) {
 		x.grow()
 	}
 	x.n++
+	m := mix(h)
 	mask := uint64(len(x.slots) - 1)
-	i := x.home(h)
+	i := x.home(m)
 	for x.slots[i].idx != 0 {
 		i = (i + 1) & mask
 	}
-	x.slots[i] = kslot{hash: h, idx: idx + 1}
+	x.slots[i] = kslot{mix: m, idx: idx + 1}
 }
 
 func (x *keyIndex) grow() {
@@ -60,7 +71,7 @@ func (x *keyIndex) grow() {
 		if s.idx == 0 {
 			continue
 		}
-		i := x.home(s.hash)
+		i := x.home(s.mix)
 		for x.slots[i].idx != 0 {
 			i = (i + 1) & mask
 		}
@@ -72,7 +83,7 @@ func (x *keyIndex) grow() {
 // after it that probed past it.
 func (x *keyIndex) remove(h uint64, idx int32) {
 	mask := uint64(len(x.slots) - 1)
-	i := x.home(h)
+	i := x.home(mix(h))
 	for x.slots[i].idx != idx+1 {
 		i = (i + 1) & mask
 	}
@@ -87,7 +98,7 @@ func (x *keyIndex) remove(h uint64, idx int32) {
 				return
 			}
 			// s may move to i if its home is not in (i, j] cyclically.
-			k := x.home(s.hash)
+			k := x.home(s.mix)
 			if (i <= j && (k <= i || k > j)) || (i > j && k <= i && k > j) {
 				x.slots[i] = s
 				i = j

@@ -25,18 +25,20 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 	var sink uint64
 	x := &o.index
 	mask := uint64(len(x.slots) - 1)
+	var mixes [PrefetchMax]uint32
 	for i := range n {
-		sink += x.slots[x.home(hashes[i])].hash
+		mixes[i] = mix(hashes[i])
+		sink += uint64(x.slots[x.home(mixes[i])].mix)
 	}
 	for i := range n {
-		h := hashes[i]
+		m := mixes[i]
 		idx[i] = -1
-		for j := x.home(h); ; j = (j + 1) & mask {
+		for j := x.home(m); ; j = (j + 1) & mask {
 			s := x.slots[j]
 			if s.idx == 0 {
 				break
 			}
-			if s.hash == h {
+			if s.mix == m {
 				idx[i] = s.idx - 1
 				sink += uint64(o.names.short[s.idx-1].n)
 				break
