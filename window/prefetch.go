@@ -51,19 +51,31 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 		}
 	}
 	if o.kind != Session && len(o.slabs) > 0 {
+		// Consecutive records mostly fall in one slice: its slab is looked
+		// up when the slice changes, not per record.
+		var sb *slab
+		lo, hi := MaxTime, MinTime // the slice [lo, hi) whose slab is sb
 		for i := range n {
 			if idx[i] < 0 {
 				continue
 			}
-			se := o.sl.sliceEnd(times[i])
-			for j := len(o.slabs) - 1; j >= 0 && o.slabs[j].end >= se; j-- {
-				if o.slabs[j].end == se {
-					c := int(idx[i] >> chunkBits)
-					if chs := o.slabs[j].chunks; c < len(chs) && chs[c] != nil {
-						sink += chs[c].states.Touch(int(idx[i] & chunkMask))
+			if t := times[i]; t < lo || t >= hi {
+				hi = o.sl.sliceEnd(t)
+				lo = hi - o.sl.g
+				sb = nil
+				for j := len(o.slabs) - 1; j >= 0 && o.slabs[j].end >= hi; j-- {
+					if o.slabs[j].end == hi {
+						sb = o.slabs[j]
+						break
 					}
-					break
 				}
+			}
+			if sb == nil {
+				continue
+			}
+			c := int(idx[i] >> chunkBits)
+			if c < len(sb.chunks) && sb.chunks[c] != nil {
+				sink += sb.chunks[c].states.Touch(int(idx[i] & chunkMask))
 			}
 		}
 	}
