@@ -12,15 +12,17 @@ import (
 )
 
 // benchStream is a fleet of sensors: keys report in rounds, every key once
-// per period, in a shuffled order, each reading up to 2 s out of order. A
-// minute of it is precomputed in columns, as a worker receives records in a
-// batch, and replayed shifted by a minute each time round, so the timed loop
-// reads memory sequentially like a worker does.
+// per period, in a shuffled order (the same each round), each reading up to
+// 2 s out of order. One round is precomputed in columns, as a worker
+// receives records in a batch, and replayed shifted by a period each time,
+// so the timed loop reads memory sequentially like a worker does (whose
+// batch buffers, recycled, are smaller still).
 type benchStream struct {
 	keyEnd []int
 	keys   []byte
 	hashes []uint64
 	times  []int64
+	temps  []float64
 	span   int64 // event time covered by one pass over the columns
 }
 
@@ -31,15 +33,13 @@ func newBenchStream(nkeys int, period int64) *benchStream {
 	for i := range jitter {
 		jitter[i] = rng.Int64N(2000)
 	}
-	s := &benchStream{span: 60_000}
-	rounds := int(s.span / period)
-	for r := range rounds {
-		for k, id := range ids {
-			s.keys = fmt.Appendf(s.keys, "sensor-%06d", id)
-			s.keyEnd = append(s.keyEnd, len(s.keys))
-			s.hashes = append(s.hashes, xxhash.Sum64(s.keys[len(s.keys)-13:]))
-			s.times = append(s.times, int64(r)*period+int64(k)*period/int64(nkeys)-jitter[k])
-		}
+	s := &benchStream{span: period}
+	for k, id := range ids {
+		s.keys = fmt.Appendf(s.keys, "sensor-%06d", id)
+		s.keyEnd = append(s.keyEnd, len(s.keys))
+		s.hashes = append(s.hashes, xxhash.Sum64(s.keys[len(s.keys)-13:]))
+		s.times = append(s.times, int64(k)*period/int64(nkeys)-jitter[k])
+		s.temps = append(s.temps, float64(k%400)/10)
 	}
 	return s
 }
@@ -53,6 +53,7 @@ type batch struct {
 	ends   []int
 	hashes []uint64
 	times  []int64
+	temps  []float64
 	buf    [window.PrefetchMax]int64
 }
 
@@ -68,6 +69,7 @@ func (s *benchStream) batch(i int, b *batch) {
 	}
 	b.ends = s.keyEnd[j : j+m]
 	b.hashes = s.hashes[j : j+m]
+	b.temps = s.temps[j : j+m]
 	b.times = b.buf[:m]
 	for k, t := range s.times[j : j+m] {
 		b.times[k] = t + shift
@@ -127,14 +129,14 @@ func BenchmarkOperator(b *testing.B) {
 					t := bt.times[k]
 					op.Advance(t - 5000 + 2000) // watermark: max seen - out-of-orderness (jitter is < 2 s)
 					in.Time = t
-					nums[0] = float64(i%400) / 10
+					nums[0] = bt.temps[k]
 					op.Add(key, bt.hashes[k], &in)
 					i++
 					k++
 				}
 				// The warm-up runs like the timed loop, so a CPU profile of
 				// the benchmark shows the timed loop's costs.
-				warm := len(s.times) * 62 // a little over an hour of event time
+				warm := len(s.times) * int(62*60_000/s.span) // a little over an hour of event time
 				for range warm {
 					step()
 				}
