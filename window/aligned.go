@@ -40,13 +40,12 @@ type chunk struct {
 // data.
 func (o *Operator) slabState(sb *slab, idx int32) aggregate.State {
 	c := int(idx >> chunkBits)
-	for len(sb.chunks) <= c {
-		sb.chunks = append(sb.chunks, nil)
+	var ch *chunk
+	if c < len(sb.chunks) {
+		ch = sb.chunks[c]
 	}
-	ch := sb.chunks[c]
 	if ch == nil {
-		ch = &chunk{states: o.aggs.NewStates(chunkSize)}
-		sb.chunks[c] = ch
+		ch = o.newChunk(sb, c)
 	}
 	i := idx & chunkMask
 	w, b := i>>6, uint64(1)<<(i&63)
@@ -56,6 +55,17 @@ func (o *Operator) slabState(sb *slab, idx int32) aggregate.State {
 	}
 	ch.dirty[w] |= b
 	return ch.states.At(int(i))
+}
+
+// newChunk gives sb its chunk c. It is slabState's slow path, apart so that
+// slabState stays small.
+func (o *Operator) newChunk(sb *slab, c int) *chunk {
+	for len(sb.chunks) <= c {
+		sb.chunks = append(sb.chunks, nil)
+	}
+	ch := &chunk{states: o.aggs.NewStates(chunkSize)}
+	sb.chunks[c] = ch
+	return ch
 }
 
 // has returns key idx's partial in the slab; ok is false when it has no
@@ -205,7 +215,8 @@ func (o *Operator) advanceAligned() {
 	n := 0
 	for n < len(o.slabs) && addSat(o.sl.lastEnd(o.slabs[n].end), o.lateness) <= o.wm {
 		o.dropped = append(o.dropped, o.slabs[n].end)
-		o.recycle(o.slabs[n], true)
+		o.noteLastSlice(o.slabs[n], o.slabs[n+1:])
+		o.recycle(o.slabs[n])
 		n++
 	}
 	if n > 0 {
@@ -215,7 +226,7 @@ func (o *Operator) advanceAligned() {
 	}
 	n = 0
 	for n < len(o.blocks) && addSat(o.sl.lastEnd(o.blocks[n].first), o.lateness) <= o.wm {
-		o.recycle(o.blocks[n], false)
+		o.recycle(o.blocks[n])
 		n++
 	}
 	if n > 0 {
@@ -343,14 +354,46 @@ func (o *Operator) bumpVersion(idx int32, e int64) uint32 {
 	return 1
 }
 
-// recycle empties sb and keeps it for reuse. Dropping a slice (not a block)
-// also records it as its keys' lastSlice, which Add leaves alone so as not
-// to touch the key's bookkeeping per record.
-func (o *Operator) recycle(sb *slab, slice bool) {
+// noteLastSlice records sb, a slice being dropped, as the lastSlice of its
+// keys that have no data in the later slabs: lastSlice matters only to keys
+// without data in a live slab (sweepAligned), so Add need not touch the
+// key's bookkeeping per record, and keys that keep reporting are not
+// touched here either.
+func (o *Operator) noteLastSlice(sb *slab, later []*slab) {
+	for c, ch := range sb.chunks {
+		if ch == nil || ch.n == 0 {
+			continue
+		}
+		held := heldIn(c, later)
+		for w, x := range ch.bits {
+			x &^= held[w]
+			for x != 0 {
+				k := &o.keys[c<<chunkBits|w<<6|bits.TrailingZeros64(x)]
+				x &= x - 1
+				k.lastSlice = max(k.lastSlice, sb.end)
+			}
+		}
+	}
+}
+
+// heldIn returns the keys of chunk c with data in any of slabs.
+func heldIn(c int, slabs []*slab) (held [chunkSize / 64]uint64) {
+	for _, sb := range slabs {
+		if c < len(sb.chunks) && sb.chunks[c] != nil && sb.chunks[c].n > 0 {
+			for w, x := range sb.chunks[c].bits {
+				held[w] |= x
+			}
+		}
+	}
+	return held
+}
+
+// recycle empties sb and keeps it for reuse.
+func (o *Operator) recycle(sb *slab) {
 	if o.last.sb == sb {
 		o.last = lastSlice{}
 	}
-	for c, ch := range sb.chunks {
+	for _, ch := range sb.chunks {
 		if ch == nil || ch.n == 0 {
 			continue
 		}
@@ -360,10 +403,6 @@ func (o *Operator) recycle(sb *slab, slice bool) {
 				x &= x - 1
 				st := ch.states.At(i)
 				o.aggs.Reset(&st)
-				if slice {
-					k := &o.keys[c<<chunkBits|i]
-					k.lastSlice = max(k.lastSlice, sb.end)
-				}
 			}
 		}
 		ch.bits = [chunkSize / 64]uint64{}
@@ -377,17 +416,13 @@ func (o *Operator) recycle(sb *slab, slice bool) {
 // keys without data in a live slab whose lastSlice is that old.
 func (o *Operator) sweepAligned() {
 	for c := 0; c*chunkSize < len(o.keys); c++ {
-		var held [chunkSize / 64]uint64 // keys with data in a live slab
-		for _, sb := range o.slabs {
-			if c < len(sb.chunks) && sb.chunks[c] != nil && sb.chunks[c].n > 0 {
-				for w, x := range sb.chunks[c].bits {
-					held[w] |= x
-				}
-			}
-		}
+		held := heldIn(c, o.slabs)
 		for i := c * chunkSize; i < min(len(o.keys), (c+1)*chunkSize); i++ {
+			if held[i&chunkMask>>6]&(1<<(i&63)) != 0 {
+				continue // checked first: keys that keep reporting are not read
+			}
 			k := &o.keys[i]
-			if !k.live || held[i&chunkMask>>6]&(1<<(i&63)) != 0 {
+			if !k.live {
 				continue
 			}
 			if o.wm == MaxTime || k.lastSlice == MinTime ||
