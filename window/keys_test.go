@@ -28,8 +28,11 @@ func TestKeyIndexMatchesMap(t *testing.T) {
 		}
 		for range rapid.IntRange(0, 3000).Draw(t, "ops") {
 			k := fmt.Sprintf("k%d", rapid.IntRange(0, 400).Draw(t, "key"))
-			if len(k)%2 == 0 {
+			switch len(k) % 3 {
+			case 0:
 				k = strings.Repeat(k, 20) // beyond inlineKey
+			case 1:
+				k = "sensor-" + k + "-temperature" // inline, longer than a word
 			}
 			idx, ok := ref[k]
 			if got := x.find(hash(k), []byte(k), &names); (got >= 0) != ok || (ok && got != idx) {
