@@ -9,8 +9,9 @@ const PrefetchMax = 64
 const prefetchMinKeys = 1 << 14
 
 // Prefetch is a hint: it reads, without changing anything, the memory that
-// Add will need for the next records (their index slots, key entries, key
-// bytes and current partials), one level at a time across all of them.
+// Add will need for the next records (their index slots, inline key names,
+// long key bytes and current partials), one level at a time across all of
+// them.
 // Loads that do not depend on each other overlap in the CPU, so a run of
 // records with keys scattered over a large state pays roughly one memory
 // latency per level instead of one per level per record. Call it with up to
