@@ -129,8 +129,9 @@ func (s *Set) Add(st *State, in *Input) {
 	v := st.vals
 	v[0] = math.Float64frombits(math.Float64bits(v[0]) + 1) // the record count
 	nums := in.Nums
-	for i := range s.scalars {
-		a := &s.scalars[i]
+	scalars := s.scalars
+	for i := range scalars {
+		a := &scalars[i]
 		o := a.off
 		x := nums[a.in]
 		if x != x { // NaN: null
