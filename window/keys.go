@@ -1,5 +1,7 @@
 package window
 
+import "encoding/binary"
+
 // keyIndex maps keys to dense indexes into Operator.keys, by open addressing
 // with linear probing on the caller's 64-bit key hash. Dense indexes let
 // aligned-window state live in per-slice arrays indexed by key (slabs), and
@@ -141,9 +143,31 @@ func (kn *keyNames) equal(idx int32, key []byte) bool {
 		return false
 	}
 	if nm.n <= inlineKey {
-		return string(nm.inl[:nm.n]) == string(key)
+		return equalInline(&nm.inl, key)
 	}
 	return string(kn.long[idx]) == string(key)
+}
+
+// equalInline reports whether the first len(key) bytes of inl are key. It
+// compares 8-byte words (the last one overlapping) instead of calling the
+// runtime's memequal, whose call and length dispatch cost more than the
+// compare itself for keys this short.
+func equalInline(inl *[inlineKey]byte, key []byte) bool {
+	n := len(key)
+	if n < 8 {
+		for i := range n {
+			if inl[i] != key[i] {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i < n-8; i += 8 {
+		if binary.LittleEndian.Uint64(inl[i:]) != binary.LittleEndian.Uint64(key[i:]) {
+			return false
+		}
+	}
+	return binary.LittleEndian.Uint64(inl[n-8:]) == binary.LittleEndian.Uint64(key[n-8:])
 }
 
 // set makes key the key of idx, which is at most one past the last index.

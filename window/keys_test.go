@@ -59,3 +59,29 @@ func TestKeyIndexMatchesMap(t *testing.T) {
 		}
 	})
 }
+
+// TestEqualInline compares keys of every inline length with copies that
+// differ in one byte, at each position.
+func TestEqualInline(t *testing.T) {
+	for n := 0; n <= inlineKey; n++ {
+		key := make([]byte, n)
+		for i := range key {
+			key[i] = byte('a' + i)
+		}
+		var inl [inlineKey]byte
+		copy(inl[:], key)
+		if n < inlineKey {
+			inl[n] = 0xff // bytes past the key do not matter
+		}
+		if !equalInline(&inl, key) {
+			t.Errorf("length %d: equal keys reported different", n)
+		}
+		for i := range n {
+			other := inl
+			other[i] ^= 1
+			if equalInline(&other, key) {
+				t.Errorf("length %d: keys differing at byte %d reported equal", n, i)
+			}
+		}
+	}
+}
