@@ -12,10 +12,15 @@ import (
 // event is added to exactly one partial however many windows overlap it,
 // and firing a window merges its slices.
 //
-// The partials of one slice form a slab: an array indexed by key index, cut
-// in chunks allocated on first use, with a bitmap of the keys that have data.
-// Firing walks the bitmaps in key order, so it streams through memory, and
-// dropping a slice past its lateness recycles the whole slab.
+// The partials of one slice form a slab, cut in chunks of chunkSize key
+// indexes, allocated on first use, each with a bitmap of the keys that have
+// data. A chunk keeps its partials compact, in first-use order, found
+// through a table of 2-byte slots by key: a slice that only some keys reach
+// (a 1 s window of devices reporting every 10 s holds a tenth of them) takes
+// memory for those keys only, where an array indexed by key would take it
+// for all of them in every live slice. Firing walks the bitmaps in key order
+// and dropping a slice past its lateness recycles the whole slab, chunks and
+// their grown partials included.
 
 const (
 	chunkBits = 10
@@ -30,11 +35,19 @@ type slab struct {
 }
 
 type chunk struct {
-	states aggregate.States
+	states aggregate.States       // partials in first-use order; states[slot[i]] is key i's when bit i is set
+	slot   [chunkSize]uint16      // valid where bits is set
 	bits   [chunkSize / 64]uint64 // keys with data
 	dirty  [chunkSize / 64]uint64 // keys changed since the last snapshot
-	n      int                    // bits set
+	n      int                    // bits set = partials in use, slots 0..n-1
 }
+
+// minChunkStates is how many partials a new chunk has room for; it doubles
+// as keys arrive, up to chunkSize.
+const minChunkStates = 64
+
+// at returns key i's partial; bit i must be set.
+func (ch *chunk) at(i int) aggregate.State { return ch.states.At(int(ch.slot[i])) }
 
 // slabState returns key idx's partial in the slab, marking it as holding
 // data.
@@ -50,11 +63,15 @@ func (o *Operator) slabState(sb *slab, idx int32) aggregate.State {
 	i := idx & chunkMask
 	w, b := i>>6, uint64(1)<<(i&63)
 	if ch.bits[w]&b == 0 {
+		if ch.n == ch.states.Len() {
+			o.aggs.GrowStates(&ch.states, min(2*ch.n, chunkSize))
+		}
 		ch.bits[w] |= b
+		ch.slot[i] = uint16(ch.n)
 		ch.n++
 	}
 	ch.dirty[w] |= b
-	return ch.states.At(int(i))
+	return ch.at(int(i))
 }
 
 // newChunk gives sb its chunk c. It is slabState's slow path, apart so that
@@ -63,7 +80,7 @@ func (o *Operator) newChunk(sb *slab, c int) *chunk {
 	for len(sb.chunks) <= c {
 		sb.chunks = append(sb.chunks, nil)
 	}
-	ch := &chunk{states: o.aggs.NewStates(chunkSize)}
+	ch := &chunk{states: o.aggs.NewStates(minChunkStates)}
 	sb.chunks[c] = ch
 	return ch
 }
@@ -80,7 +97,7 @@ func (sb *slab) has(idx int32) (st aggregate.State, ok bool) {
 	if ch.bits[i>>6]&(1<<(i&63)) == 0 {
 		return st, false
 	}
-	return ch.states.At(int(i)), true
+	return ch.at(int(i)), true
 }
 
 // slab returns the slab of the slice ending at se, creating it.
@@ -280,7 +297,7 @@ func (o *Operator) fireWindow(e int64, first int) {
 					for x != 0 {
 						i := w<<6 | bits.TrailingZeros64(x)
 						x &= x - 1
-						dst, src := acc.At(i), ch.states.At(i)
+						dst, src := acc.At(i), ch.at(i)
 						o.aggs.Merge(&dst, &src)
 					}
 				}
@@ -300,7 +317,7 @@ func (o *Operator) fireWindow(e int64, first int) {
 					o.emitResult(idx, e-o.sl.size, e, version, &o.view)
 					o.aggs.Reset(&o.view)
 				} else {
-					o.view = cover[0].chunks[c].states.At(i)
+					o.view = cover[0].chunks[c].at(i)
 					o.emitResult(idx, e-o.sl.size, e, version, &o.view)
 				}
 			}
@@ -401,7 +418,7 @@ func (o *Operator) recycle(sb *slab) {
 			for x != 0 {
 				i := w<<6 | bits.TrailingZeros64(x)
 				x &= x - 1
-				st := ch.states.At(i)
+				st := ch.at(i)
 				o.aggs.Reset(&st)
 			}
 		}
@@ -507,7 +524,7 @@ func (o *Operator) mergeBlock(first, end int64, slabs []*slab) *slab {
 				for x != 0 {
 					i := w<<6 | bits.TrailingZeros64(x)
 					x &= x - 1
-					dst, src := o.slabState(blk, int32(c<<chunkBits|i)), ch.states.At(i)
+					dst, src := o.slabState(blk, int32(c<<chunkBits|i)), ch.at(i)
 					o.aggs.Merge(&dst, &src)
 				}
 			}

@@ -76,7 +76,10 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 			}
 			c := int(idx[i] >> chunkBits)
 			if c < len(sb.chunks) && sb.chunks[c] != nil {
-				sink += sb.chunks[c].states.Touch(int(idx[i] & chunkMask))
+				ch := sb.chunks[c]
+				if j := idx[i] & chunkMask; ch.bits[j>>6]&(1<<(j&63)) != 0 {
+					sink += ch.states.Touch(int(ch.slot[j]))
+				}
 			}
 		}
 	}

@@ -84,7 +84,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 					i := wi<<6 | bits.TrailingZeros64(x)
 					x &= x - 1
 					idx := int32(c<<chunkBits | i)
-					st := ch.states.At(i)
+					st := ch.at(i)
 					vb = o.aggs.AppendEncode(vb[:0], &st)
 					if err := w.Put(o.keys[idx].hash, sliceKey(kb[:0], sb.end, o.names.get(idx)), vb); err != nil {
 						return err

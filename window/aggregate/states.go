@@ -29,6 +29,31 @@ func (s *Set) NewStates(n int) States {
 	return ss
 }
 
+// GrowStates makes ss hold n partials, keeping the ones it holds (moved to
+// new memory: States taken with At before stay valid but no longer alias
+// ss) and adding empty ones. It allocates; n below ss.Len() does nothing.
+func (s *Set) GrowStates(ss *States, n int) {
+	old := ss.Len()
+	if n <= old {
+		return
+	}
+	w := len(s.zero)
+	vals := make([]float64, n*w)
+	copy(vals, ss.vals)
+	for i := old; i < n; i++ {
+		copy(vals[i*w:], s.zero)
+	}
+	ss.vals, ss.stride = vals, w
+	if s.nHLL > 0 || s.nQuant > 0 {
+		sk := make([]*sketches, n)
+		copy(sk, ss.sk)
+		for i := old; i < n; i++ {
+			sk[i] = s.newSketches()
+		}
+		ss.sk = sk
+	}
+}
+
 // Len returns the number of partials.
 func (ss *States) Len() int {
 	if ss.stride == 0 {
