@@ -61,8 +61,10 @@ func procPeakRSS(pid int) int64 {
 // Mosquitto, side by side to a real runnel-edge process (ingest log with
 // group commit, decode, 1 s tumbling count/avg/max per device, checkpoints
 // every second) and to a bare paho.golang subscriber that does nothing.
-// It reports the message rate of each (their ratio is the figure), the
-// edge's CPU time per 100k messages and its peak RSS.
+// Both are processes of their own, measured alike: the message rate (their
+// ratio is the figure), CPU time per 100k messages and peak RSS. Run the
+// two one after the other (-count runs each sub-benchmark count times in a
+// row), so compare runs made close together.
 func BenchmarkEdgeIngest(b *testing.B) {
 	const devices = 100_000
 	payloads := make([][]byte, 0, 1<<16)
@@ -86,10 +88,8 @@ func BenchmarkEdgeIngest(b *testing.B) {
 		cmd := exec.Command(bin, "--pipeline", spec, "--data-dir", filepath.Join(dir, "data"), "--broker-url", m.Addr(),
 			"--edge-id", "bench", "--http-addr", "127.0.0.1:19481", "--log-level", "error")
 		cmd.Stderr = os.Stderr
-		if v := os.Getenv("EDGE_GOMAXPROCS"); v != "" {
-			cmd.Env = append(os.Environ(), "GOMAXPROCS="+v)
-		}
-		if v := os.Getenv("EDGE_ARGS"); v != "" {
+		// RUNNEL_BENCH_EDGE_ARGS adds flags, to measure other settings.
+		if v := os.Getenv("RUNNEL_BENCH_EDGE_ARGS"); v != "" {
 			cmd.Args = append(cmd.Args, strings.Fields(v)...)
 		}
 		if err := cmd.Start(); err != nil {
@@ -187,9 +187,6 @@ const mqttDefaultReceiveMaximum = mqtt.DefaultReceiveMaximum
 func runBareSubscriber(hostPort string) {
 	var got atomic.Int64
 	rm := uint16(mqttDefaultReceiveMaximum)
-	if v, _ := strconv.Atoi(os.Getenv("BARE_RM")); v > 0 {
-		rm = uint16(v)
-	}
 	ctx := context.Background()
 	cli, err := testbroker.Dial(ctx, hostPort, paho.ClientConfig{ClientID: "bench-bare",
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) {
