@@ -1,6 +1,7 @@
 package edge_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/internal/testbroker"
 )
 
@@ -59,8 +61,10 @@ func procPeakRSS(pid int) int64 {
 // Mosquitto, side by side to a real runnel-edge process (ingest log with
 // group commit, decode, 1 s tumbling count/avg/max per device, checkpoints
 // every second) and to a bare paho.golang subscriber that does nothing.
-// It reports the message rate of each (their ratio is the figure), the
-// edge's CPU time per 100k messages and its peak RSS.
+// Both are processes of their own, measured alike: the message rate (their
+// ratio is the figure), CPU time per 100k messages and peak RSS. Run the
+// two one after the other (-count runs each sub-benchmark count times in a
+// row), so compare runs made close together.
 func BenchmarkEdgeIngest(b *testing.B) {
 	const devices = 100_000
 	payloads := make([][]byte, 0, 1<<16)
@@ -82,8 +86,12 @@ func BenchmarkEdgeIngest(b *testing.B) {
 		os.WriteFile(spec, []byte(benchEdgeSpec), 0o644)
 		m := testbroker.Start(b)
 		cmd := exec.Command(bin, "--pipeline", spec, "--data-dir", filepath.Join(dir, "data"), "--broker-url", m.Addr(),
-			"--edge-id", "bench", "--http-addr", "127.0.0.1:19481", "--log-level", "warn")
+			"--edge-id", "bench", "--http-addr", "127.0.0.1:19481", "--log-level", "error")
 		cmd.Stderr = os.Stderr
+		// RUNNEL_BENCH_EDGE_ARGS adds flags, to measure other settings.
+		if v := os.Getenv("RUNNEL_BENCH_EDGE_ARGS"); v != "" {
+			cmd.Args = append(cmd.Args, strings.Fields(v)...)
+		}
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
@@ -119,40 +127,88 @@ func BenchmarkEdgeIngest(b *testing.B) {
 		elapsed := time.Since(began)
 		cpu := procCPU(cmd.Process.Pid) - cpu0
 		b.ReportMetric(float64(sent)/elapsed.Seconds(), "msgs/s")
-		b.ReportMetric(cpu.Seconds()*100_000/float64(sent), "edge-cpu-s/100k")
-		b.ReportMetric(float64(procPeakRSS(cmd.Process.Pid))/(1<<20), "edge-peak-rss-MiB")
+		b.ReportMetric(cpu.Seconds()*100_000/float64(sent), "cpu-s/100k")
+		b.ReportMetric(float64(procPeakRSS(cmd.Process.Pid))/(1<<20), "peak-rss-MiB")
 	})
 	b.Run("receiver=bare-paho", func(b *testing.B) {
 		m := testbroker.Start(b)
-		var got atomic.Int64
-		rm := uint16(64)
-		ctx := context.Background()
-		cli, err := testbroker.Dial(ctx, m.HostPort(), paho.ClientConfig{ClientID: "bench-bare",
-			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) {
-				got.Add(1)
-				return true, nil
-			}}}, &paho.Connect{ClientID: "bench-bare", CleanStart: true, KeepAlive: 30, Properties: &paho.ConnectProperties{ReceiveMaximum: &rm}})
-		if err != nil {
+		// The subscriber is a process of its own, like the edge, so that its
+		// CPU time is measured the same way: this test binary re-executed.
+		cmd := exec.Command(os.Args[0], "-test.run", "^$")
+		cmd.Env = append(os.Environ(), bareSubscriberEnv+"="+m.HostPort())
+		cmd.Stderr = os.Stderr
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
-		defer func() { cli.Disconnect(&paho.Disconnect{}); <-cli.Done() }()
-		if _, err := cli.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "plant/#", QoS: 1}}}); err != nil {
-			b.Fatal(err)
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+		out := bufio.NewScanner(stdout)
+		if !out.Scan() || out.Text() != "subscribed" {
+			b.Fatalf("bare subscriber: %q", out.Text())
 		}
 		pub := testbroker.NewPublisher(b, m.HostPort())
+		cpu0 := procCPU(cmd.Process.Pid)
 		sent := 0
 		began := time.Now()
 		for b.Loop() {
 			for range 1000 {
-				if err := pub.PublishAsync(ctx, "plant/north/temp", mk(sent), 1); err != nil {
+				if err := pub.PublishAsync(context.Background(), "plant/north/temp", mk(sent), 1); err != nil {
 					b.Fatal(err)
 				}
 				sent++
 			}
 		}
-		for got.Load() < int64(sent) {
-			time.Sleep(time.Millisecond)
+		fmt.Fprintln(stdin, sent)
+		if !out.Scan() || out.Text() != "done" {
+			b.Fatalf("bare subscriber: %q", out.Text())
 		}
-		b.ReportMetric(float64(sent)/time.Since(began).Seconds(), "msgs/s")
+		elapsed := time.Since(began)
+		cpu := procCPU(cmd.Process.Pid) - cpu0
+		b.ReportMetric(float64(sent)/elapsed.Seconds(), "msgs/s")
+		b.ReportMetric(cpu.Seconds()*100_000/float64(sent), "cpu-s/100k")
+		b.ReportMetric(float64(procPeakRSS(cmd.Process.Pid))/(1<<20), "peak-rss-MiB")
 	})
+}
+
+// bareSubscriberEnv, when set to a broker's host:port, turns the test
+// binary into BenchmarkEdgeIngest's bare subscriber: a paho.golang client
+// that subscribes to plant/# with QoS 1, says "subscribed", acks every
+// message and does nothing else; once it has received the count it reads
+// from stdin, it says "done" and waits to be killed (so the benchmark can
+// read its CPU time and peak RSS).
+const bareSubscriberEnv = "RUNNEL_BENCH_BARE_SUBSCRIBER"
+
+// mqttDefaultReceiveMaximum is the edge's default, which the bare subscriber
+// asks for too.
+const mqttDefaultReceiveMaximum = mqtt.DefaultReceiveMaximum
+
+func runBareSubscriber(hostPort string) {
+	var got atomic.Int64
+	rm := uint16(mqttDefaultReceiveMaximum)
+	ctx := context.Background()
+	cli, err := testbroker.Dial(ctx, hostPort, paho.ClientConfig{ClientID: "bench-bare",
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) {
+			got.Add(1)
+			return true, nil
+		}}}, &paho.Connect{ClientID: "bench-bare", CleanStart: true, KeepAlive: 30, Properties: &paho.ConnectProperties{ReceiveMaximum: &rm}})
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	if _, err := cli.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "plant/#", QoS: 1}}}); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println("subscribed")
+	var want int64
+	if _, err := fmt.Scan(&want); err != nil {
+		os.Exit(1)
+	}
+	for got.Load() < want {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("done")
+	select {}
 }

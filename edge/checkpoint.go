@@ -317,6 +317,11 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	if err := n.log.DeleteBefore(prev.Pos); err != nil {
 		n.lg.Warn("edge: delete ingest log segments", "before", prev.Pos, "err", err)
 	}
+	// What this checkpoint read of the file stays mapped otherwise, and the
+	// resident set would grow with the file (see state.Store.ReleasePages).
+	if err := n.store.ReleasePages(); err != nil {
+		n.lg.Warn("edge: release state file pages", "err", err)
+	}
 	n.lg.Debug("edge: checkpoint", "id", id, "pos", c.Pos, "outbox_entries", entries)
 	return nil
 }

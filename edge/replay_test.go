@@ -21,7 +21,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if hp := os.Getenv(bareSubscriberEnv); hp != "" {
+		runBareSubscriber(hp)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func loadPipeline(t *testing.T, path string) *operators.Pipeline {
 	t.Helper()

@@ -223,6 +223,24 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 	return s.update("update", func(btx *bolt.Tx) error { return callUser(fn, newTx(btx)) })
 }
 
+// ReleasePages drops the process's mappings of the file's pages. bbolt
+// reads the file through a read-only shared mapping (and writes with
+// pwrite), so every page a transaction or a compaction ever read stays
+// mapped, and counts in the process's resident set, until the kernel needs
+// the memory: on a gateway with a memory budget that looks like a leak
+// growing with the file. After ReleasePages those pages are page cache
+// only; the next access maps them again (a minor fault, no disk read while
+// they are cached). It runs inside a read transaction, which holds off
+// bbolt's remapping, so the range it releases is the live mapping.
+func (s *Store) ReleasePages() error {
+	return s.View(func(tx *Tx) error {
+		if err := releaseMapped(s.db.Info().Data, int(tx.btx.Size())); err != nil {
+			return fmt.Errorf("state: release mapped pages of %s: %w", s.path, err)
+		}
+		return nil
+	})
+}
+
 // userPanic carries a panic raised by a caller's function through bbolt (so
 // its transaction rolls back) and past guard, which re-raises it.
 type userPanic struct{ v any }

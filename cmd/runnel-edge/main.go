@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -236,6 +237,9 @@ func run(ctx context.Context, args []string) error {
 		nc.Uplink = up
 	}
 	nc.DropAtCap = c.DiskCap.Policy == config.PolicyDropRaw
+	if c.MemoryLimit > 0 {
+		debug.SetMemoryLimit(c.MemoryLimit)
+	}
 	// A second signal, or the shutdown timeout, ends a drain that hangs.
 	go func() {
 		<-ctx.Done()

@@ -37,6 +37,7 @@ type Config struct {
 	HTTP            HTTP
 	Log             Log
 	ShutdownTimeout time.Duration
+	MemoryLimit     int64 // bytes; 0: none
 }
 
 // Broker says which MQTT broker the edge reads from.

@@ -35,7 +35,7 @@ func wantDefaults(host string) *Config {
 			Protocol:       ProtocolV5,
 			EmbeddedAddr:   "127.0.0.1:1883",
 			ClientID:       "runnel-" + host,
-			ReceiveMaximum: 64,
+			ReceiveMaximum: 1024,
 			SessionExpiry:  24 * time.Hour,
 			KeepAlive:      30 * time.Second,
 			Reconnect:      Reconnect{Min: 250 * time.Millisecond, Max: 30 * time.Second},

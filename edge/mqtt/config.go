@@ -19,7 +19,7 @@ import (
 const (
 	DefaultSessionExpiry   = 24 * time.Hour
 	DefaultKeepAlive       = 30 * time.Second
-	DefaultReceiveMaximum  = 64
+	DefaultReceiveMaximum  = 1024
 	DefaultConnectRetryMin = 250 * time.Millisecond
 	DefaultConnectRetryMax = 30 * time.Second
 	DefaultConnectTimeout  = 10 * time.Second

@@ -111,7 +111,7 @@ func TestValidate(t *testing.T) {
 
 func TestWithDefaults(t *testing.T) {
 	c := validConfig().withDefaults()
-	if c.SessionExpiry != 24*time.Hour || c.KeepAlive != 30*time.Second || c.ReceiveMaximum != 64 ||
+	if c.SessionExpiry != 24*time.Hour || c.KeepAlive != 30*time.Second || c.ReceiveMaximum != DefaultReceiveMaximum ||
 		c.ConnectRetryMin != DefaultConnectRetryMin || c.ConnectRetryMax != DefaultConnectRetryMax ||
 		c.ConnectTimeout != DefaultConnectTimeout || c.Logger == nil {
 		t.Fatalf("withDefaults() = %+v", c)

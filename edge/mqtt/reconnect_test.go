@@ -167,7 +167,7 @@ func TestReconnect(t *testing.T) {
 		}
 		c := packetsOf[*packets.Connect](b)[0]
 		if c.ClientID != "edge-7" || !c.CleanStart || c.KeepAlive != 30 ||
-			*c.Properties.SessionExpiryInterval != 86400 || *c.Properties.ReceiveMaximum != 64 {
+			*c.Properties.SessionExpiryInterval != 86400 || *c.Properties.ReceiveMaximum != DefaultReceiveMaximum {
 			t.Fatalf("CONNECT %v", c)
 		}
 

@@ -78,11 +78,23 @@ type ackWriter interface {
 	writeAck(id uint16, qos byte) error
 }
 
-// stateAcks sends acks through paho.golang's session state, which writes
-// them to the connection it was given in ConAckReceived (MQTT v5).
+// stateAcks sends the acks of MQTT v5 connections. A PUBACK is written
+// straight to the connection: for QoS 1 paho.golang's session state keeps
+// nothing (its Ack only encodes and writes the packet, allocating a few
+// times per ack), so the 4-byte form MQTT v5 allows for success without
+// properties (§3.4.2.1) is the same acknowledgement, written the way
+// conn311 writes it. A PUBREC goes through the session state, which must
+// remember it until the PUBREL.
 type stateAcks struct{ a *acker }
 
 func (s stateAcks) writeAck(id uint16, qos byte) error {
+	if c := s.a.conn; qos == 1 && c != nil {
+		b := [4]byte{packets.PUBACK << 4, 2, byte(id >> 8), byte(id)}
+		c.Lock()
+		defer c.Unlock() // flushes, unless corked
+		_, err := c.Write(b[:])
+		return err
+	}
 	s.a.scratch.PacketID, s.a.scratch.QoS = id, qos
 	return s.a.inner.Ack(&s.a.scratch)
 }

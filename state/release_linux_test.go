@@ -1,0 +1,91 @@
+package state_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/runnel-io/runnel/state"
+)
+
+// mappedKiB returns how much of path this process has resident through
+// mappings (the Rss lines of /proc/self/smaps for it).
+func mappedKiB(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no smaps: %v", err)
+	}
+	defer f.Close()
+	total, in := 0, false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if fields := strings.Fields(line); len(fields) > 0 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			in = len(fields) >= 6 && fields[len(fields)-1] == path
+			continue
+		}
+		if in && strings.HasPrefix(line, "Rss:") {
+			kb, _ := strconv.Atoi(strings.Fields(line)[1])
+			total += kb
+		}
+	}
+	return total
+}
+
+func TestReleasePages(t *testing.T) {
+	s, path := tempStore(t, testOpts(4))
+	value := bytes.Repeat([]byte("x"), 3000)
+	for batch := range 8 {
+		err := s.Update(func(tx *state.Tx) error {
+			b, err := tx.Bucket("outbox")
+			if err != nil {
+				return err
+			}
+			for i := range 500 {
+				if err := b.Put(fmt.Appendf(nil, "%02d-%04d", batch, i), value); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	readAll := func() {
+		n := 0
+		err := s.View(func(tx *state.Tx) error {
+			b, err := tx.Bucket("outbox")
+			if err != nil {
+				return err
+			}
+			return b.ForEach(nil, func(_, v []byte) error {
+				if !bytes.Equal(v, value) {
+					return fmt.Errorf("value changed")
+				}
+				n++
+				return nil
+			})
+		})
+		if err != nil || n != 4000 {
+			t.Fatalf("read %d entries: %v", n, err)
+		}
+	}
+	readAll()
+	before := mappedKiB(t, path)
+	if before < 8000 {
+		t.Fatalf("reading 12 MB mapped only %d KiB of the file: the test no longer measures anything", before)
+	}
+	if err := s.ReleasePages(); err != nil {
+		t.Fatal(err)
+	}
+	if after := mappedKiB(t, path); after > before/10 {
+		t.Fatalf("resident after ReleasePages: %d KiB (before: %d KiB)", after, before)
+	}
+	readAll() // the data is still there, read back through the mapping
+}
