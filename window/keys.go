@@ -116,7 +116,11 @@ func (x *keyIndex) remove(h uint64, idx int32) {
 // windows, touches one line.
 type keyNames struct {
 	short []keyName
-	long  [][]byte // per index: the key when longer than inlineKey; owned, reused when the index is recycled
+	// long holds the keys longer than inlineKey, by index; owned, reused
+	// when the index is recycled. A map, not a slice by index: most
+	// pipelines have no long key, and a slice header per key cost 24 bytes
+	// of every key's memory (as much as its inline bytes).
+	long map[int32][]byte
 }
 
 type keyName struct {
@@ -174,13 +178,15 @@ func equalInline(inl *[inlineKey]byte, key []byte) bool {
 func (kn *keyNames) set(idx int32, key []byte) {
 	if int(idx) == len(kn.short) {
 		kn.short = append(kn.short, keyName{})
-		kn.long = append(kn.long, nil)
 	}
 	nm := &kn.short[idx]
 	nm.n = int32(len(key))
 	if len(key) <= inlineKey {
 		copy(nm.inl[:], key)
 		return
+	}
+	if kn.long == nil {
+		kn.long = make(map[int32][]byte)
 	}
 	kn.long[idx] = append(kn.long[idx][:0], key...)
 }
