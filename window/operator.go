@@ -52,6 +52,7 @@ type Operator struct {
 	index keyIndex
 	names keyNames
 	keys  []keyState
+	sess  []sessionKey // session windows only: by key index, beside keys
 	freeK []int32
 	live  int
 
@@ -109,8 +110,12 @@ type keyState struct {
 
 	changed bool // versions or sessions changed since the last snapshot
 	stored  bool // a snapshot holds a 'v' or 'x' entry of this key
+}
 
-	// sessions
+// sessionKey is what session windows keep per key besides keyState, in
+// Operator.sess by key index: aligned operators, usually the ones with
+// most keys, do not carry it.
+type sessionKey struct {
 	due      int64     // time of the key's live timer registration; unregistered when none
 	gcAt     int64     // when a key without sessions is forgotten; MinTime while it has some
 	sessions []session // ordered by start, never overlapping
@@ -239,8 +244,14 @@ func (o *Operator) newKey(key []byte, hash uint64) int32 {
 	k.hash = hash
 	k.live = true
 	k.lastSlice = MinTime
-	k.due = unregistered
-	k.gcAt = MinTime
+	if o.kind == Session {
+		if int(idx) == len(o.sess) {
+			o.sess = append(o.sess, sessionKey{})
+		}
+		s := &o.sess[idx]
+		s.due = unregistered
+		s.gcAt = MinTime
+	}
 	o.index.insert(hash, idx)
 	o.live++
 	return idx
@@ -257,14 +268,17 @@ func (o *Operator) forget(idx int32) {
 		o.deleted = append(o.deleted, deletedEntry{k.hash, append([]byte{tag}, o.names.get(idx)...)})
 	}
 	k.stored, k.changed = false, false
-	for _, s := range k.sessions {
-		o.putState(s.st)
+	if o.kind == Session {
+		sk := &o.sess[idx]
+		for _, s := range sk.sessions {
+			o.putState(s.st)
+		}
+		clear(sk.sessions)
+		sk.sessions = sk.sessions[:0]
+		sk.due = unregistered
 	}
-	clear(k.sessions)
-	k.sessions = k.sessions[:0]
 	k.fired = k.fired[:0]
 	k.live = false
-	k.due = unregistered
 	o.index.remove(k.hash, idx)
 	o.freeK = append(o.freeK, idx)
 	o.live--

@@ -17,7 +17,7 @@ type session struct {
 }
 
 func (o *Operator) addSession(idx int32, in *aggregate.Input) bool {
-	k := &o.keys[idx]
+	k := &o.sess[idx]
 	defer o.touch(idx)
 	t := in.Time
 	end := addSat(t, o.gap)
@@ -72,7 +72,7 @@ func (o *Operator) addSession(idx int32, in *aggregate.Input) bool {
 
 // want makes sure key idx is processed no later than t.
 func (o *Operator) want(idx int32, t int64) {
-	if k := &o.keys[idx]; t < k.due {
+	if k := &o.sess[idx]; t < k.due {
 		k.due = t
 		o.timers.add(t, idx)
 	}
@@ -86,8 +86,8 @@ func (o *Operator) advanceSessions() {
 		}
 		_, b := o.timers.pop()
 		for _, idx := range b.keys {
-			k := &o.keys[idx]
-			if !k.live || k.due != t {
+			k := &o.sess[idx]
+			if !o.keys[idx].live || k.due != t {
 				continue // moved earlier and already handled, or forgotten
 			}
 			k.due = unregistered
@@ -102,7 +102,7 @@ func (o *Operator) advanceSessions() {
 // a key without sessions is forgotten after idleKeep.
 func (o *Operator) processSessions(idx int32) {
 	o.touch(idx)
-	k := &o.keys[idx]
+	k := &o.sess[idx]
 	n := 0
 	next := MaxTime
 	for i := range k.sessions {

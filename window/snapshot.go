@@ -101,12 +101,13 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 		}
 		if o.kind == Session {
 			kb = append(append(kb[:0], 'x'), o.names.get(idx)...)
-			if len(k.sessions) == 0 {
+			ss := o.sess[idx].sessions
+			if len(ss) == 0 {
 				k.stored = false
 				return w.Delete(k.hash, kb)
 			}
-			vb = binary.AppendUvarint(vb[:0], uint64(len(k.sessions)))
-			for _, s := range k.sessions {
+			vb = binary.AppendUvarint(vb[:0], uint64(len(ss)))
+			for _, s := range ss {
 				vb = binary.AppendVarint(vb, s.start)
 				vb = binary.AppendVarint(vb, s.end)
 				vb = binary.AppendUvarint(vb, uint64(s.version))
@@ -136,7 +137,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 	}
 	if full {
 		for i := range o.keys {
-			if o.keys[i].live && (len(o.keys[i].fired) > 0 || len(o.keys[i].sessions) > 0) {
+			if o.keys[i].live && (len(o.keys[i].fired) > 0 || o.kind == Session && len(o.sess[i].sessions) > 0) {
 				if err := write(int32(i)); err != nil {
 					return err
 				}
@@ -267,10 +268,11 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 			return bad("sessions count")
 		}
 		b := value[w:]
-		for _, s := range ks.sessions {
+		sk := &o.sess[idx]
+		for _, s := range sk.sessions {
 			o.putState(s.st)
 		}
-		ks.sessions = ks.sessions[:0]
+		sk.sessions = sk.sessions[:0]
 		for range n {
 			var s session
 			var a int
@@ -279,7 +281,7 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 			}
 			b = b[a:]
 			if s.end, a = binary.Varint(b); a <= 0 || s.end <= s.start ||
-				(len(ks.sessions) > 0 && ks.sessions[len(ks.sessions)-1].end > s.start) {
+				(len(sk.sessions) > 0 && sk.sessions[len(sk.sessions)-1].end > s.start) {
 				return bad("session end")
 			}
 			b = b[a:]
@@ -299,7 +301,7 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 				return fmt.Errorf("%w: session %d: %w", ErrCorrupt, s.start, err)
 			}
 			b = b[a+int(l):]
-			ks.sessions = append(ks.sessions, s)
+			sk.sessions = append(sk.sessions, s)
 		}
 		if len(b) != 0 {
 			return bad("trailing bytes after sessions")
@@ -334,7 +336,7 @@ func (o *Operator) FinishRestore() {
 	} else {
 		for i := range o.keys {
 			if o.keys[i].live {
-				o.keys[i].due = unregistered
+				o.sess[i].due = unregistered
 				o.processSessions(int32(i))
 			}
 		}

@@ -6,7 +6,7 @@ package window
 // buckets by time, so the many keys of one aligned window end share one bucket
 // and one heap entry; sessions, whose ends differ per key, get small buckets.
 //
-// A key is registered at exactly one time, its keyState.due. Moving it earlier
+// A key is registered at exactly one time, its sessionKey.due. Moving it earlier
 // adds it to the earlier bucket and leaves a stale entry behind; popping a
 // bucket skips entries whose due no longer matches (lazy deletion), so no
 // bucket is ever searched.
