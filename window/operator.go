@@ -102,12 +102,12 @@ type Stats struct {
 // (keyNames) and window contents. Add on aligned windows does not touch it.
 type keyState struct {
 	hash uint64
-	live bool
 
 	// aligned windows
 	lastSlice int64         // latest slice end holding data of this key among the slabs dropped so far
 	fired     []firedWindow // versions of windows still within lateness, ordered by end
 
+	live    bool
 	changed bool // versions or sessions changed since the last snapshot
 	stored  bool // a snapshot holds a 'v' or 'x' entry of this key
 }
