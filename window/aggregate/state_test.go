@@ -275,3 +275,47 @@ func TestNewStates(t *testing.T) {
 		}
 	}
 }
+
+// TestGrowStates: growing keeps the partials and their contents, sketches
+// included, and adds empty ones that share nothing with the old ones.
+func TestGrowStates(t *testing.T) {
+	for _, specs := range [][]Spec{scalarSpecs, {{Name: "ids", Func: Distinct}, {Name: "p", Func: Quantile, Param: 0.5}, {Name: "avg", Func: Avg}}} {
+		s := mustSet(t, Options{}, specs...)
+		sts := s.NewStates(2)
+		for i := range 2 {
+			st := sts.At(i)
+			addAll(s, &st, rec{t: int64(i), x: float64(10 * i), h: hashOf(uint64(i))}, rec{t: 5, x: 3, h: hashOf(9)})
+		}
+		var want [][]byte
+		for i := range 2 {
+			st := sts.At(i)
+			want = append(want, s.AppendEncode(nil, &st))
+		}
+		s.GrowStates(&sts, 5)
+		s.GrowStates(&sts, 3) // smaller: nothing
+		if sts.Len() != 5 {
+			t.Fatalf("Len = %d, want 5", sts.Len())
+		}
+		for i := range 2 {
+			st := sts.At(i)
+			if got := s.AppendEncode(nil, &st); string(got) != string(want[i]) {
+				t.Errorf("partial %d after growing: %x, want %x", i, got, want[i])
+			}
+		}
+		empty := s.AppendEncode(nil, s.New())
+		for i := 2; i < 5; i++ {
+			st := sts.At(i)
+			if got := s.AppendEncode(nil, &st); string(got) != string(empty) {
+				t.Errorf("new partial %d: %x, want empty", i, got)
+			}
+		}
+		st := sts.At(3)
+		addAll(s, &st, rec{t: 1, x: 1, h: hashOf(7)})
+		for _, i := range []int{0, 1, 2, 4} {
+			other := sts.At(i)
+			if s.Empty(&other) != (i >= 2) {
+				t.Errorf("adding to partial 3 changed partial %d", i)
+			}
+		}
+	}
+}
