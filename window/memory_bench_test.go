@@ -12,12 +12,12 @@ import (
 	"github.com/runnel-io/runnel/window/aggregate"
 )
 
-// BenchmarkOperatorMemory reports the operator's live heap in the edge
+// BenchmarkStateMemory reports the operator's live heap in the edge
 // ingest benchmark's shape: 10^5 devices reporting at random, 20 readings
 // per ms of event time (so a 1 s slice holds ~18k of the keys), 1 s
 // tumbling count/avg/max, watermark 5 s behind. Each iteration is a fresh
 // operator fed 3·10^6 readings; the figure is heap-MiB.
-func BenchmarkOperatorMemory(b *testing.B) {
+func BenchmarkStateMemory(b *testing.B) {
 	const devices = 100_000
 	keys := make([][]byte, devices)
 	hashes := make([]uint64, devices)
