@@ -45,7 +45,7 @@ func BenchmarkStateMemory(b *testing.B) {
 		in := aggregate.Input{Nums: []float64{0}}
 		for i := range 3_000_000 {
 			k := rng.IntN(devices)
-			t := int64(1_767_225_600_000 + i/20)
+			t := 1_767_225_600_000 + int64(i/20)
 			op.Advance(t - 5000)
 			in.Time = t
 			in.Nums[0] = float64(i%400) / 10
