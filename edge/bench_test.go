@@ -175,19 +175,16 @@ func BenchmarkEdgeIngest(b *testing.B) {
 
 // bareSubscriberEnv, when set to a broker's host:port, turns the test
 // binary into BenchmarkEdgeIngest's bare subscriber: a paho.golang client
-// that subscribes to plant/# with QoS 1, says "subscribed", acks every
-// message and does nothing else; once it has received the count it reads
-// from stdin, it says "done" and waits to be killed (so the benchmark can
-// read its CPU time and peak RSS).
+// that subscribes to plant/# with QoS 1 (asking for the edge's default
+// Receive Maximum), says "subscribed", acks every message and does nothing
+// else. It then reads the number of messages sent from stdin and, once it
+// has received that many, says "done" and waits to be killed, so that the
+// benchmark can read its CPU time and peak RSS.
 const bareSubscriberEnv = "RUNNEL_BENCH_BARE_SUBSCRIBER"
-
-// mqttDefaultReceiveMaximum is the edge's default, which the bare subscriber
-// asks for too.
-const mqttDefaultReceiveMaximum = mqtt.DefaultReceiveMaximum
 
 func runBareSubscriber(hostPort string) {
 	var got atomic.Int64
-	rm := uint16(mqttDefaultReceiveMaximum)
+	rm := uint16(mqtt.DefaultReceiveMaximum)
 	ctx := context.Background()
 	cli, err := testbroker.Dial(ctx, hostPort, paho.ClientConfig{ClientID: "bench-bare",
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) {
