@@ -414,13 +414,9 @@ func (o *Operator) recycle(sb *slab) {
 		if ch == nil || ch.n == 0 {
 			continue
 		}
-		for w, x := range ch.bits {
-			for x != 0 {
-				i := w<<6 | bits.TrailingZeros64(x)
-				x &= x - 1
-				st := ch.at(i)
-				o.aggs.Reset(&st)
-			}
+		for j := range ch.n { // the partials in use are slots 0..n-1: reset them in memory order
+			st := ch.states.At(j)
+			o.aggs.Reset(&st)
 		}
 		ch.bits = [chunkSize / 64]uint64{}
 		ch.dirty = [chunkSize / 64]uint64{}
