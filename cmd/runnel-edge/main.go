@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -178,11 +177,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: c.Log.Level.Slog()})
-	if c.Log.Format == config.FormatJSON {
-		handler = slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: c.Log.Level.Slog()})
-	}
-	lg := slog.New(handler)
+	lg := c.Log.Logger(os.Stderr)
 	var ps []*operators.Pipeline
 	if len(c.Pipelines) == 0 {
 		p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)

@@ -47,12 +47,7 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := &slog.HandlerOptions{Level: c.Log.Level.Slog()}
-	var handler slog.Handler = slog.NewTextHandler(logOut, opts)
-	if c.Log.Format == config.FormatJSON {
-		handler = slog.NewJSONHandler(logOut, opts)
-	}
-	lg := slog.New(handler)
+	lg := c.Log.Logger(logOut)
 	ps, err := loadPipelines(c.Pipelines, lg)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"log/slog"
 	"os"
 	"time"
 
@@ -35,7 +34,7 @@ type Config struct {
 	Dedup           Dedup
 	Uplink          Uplink
 	HTTP            HTTP
-	Log             Log
+	Log             settings.Log
 	ShutdownTimeout time.Duration
 	MemoryLimit     int64 // bytes; 0: none
 }
@@ -126,12 +125,6 @@ type HTTP struct {
 	Addr string // host:port for /metrics and /healthz; empty: off
 }
 
-// Log configures the structured log.
-type Log struct {
-	Level  LogLevel
-	Format LogFormat
-}
-
 // Protocol is the MQTT version the edge speaks to the broker.
 type Protocol string
 
@@ -178,37 +171,6 @@ const (
 	// the broker does not fill up; aggregates in the outbox are never
 	// dropped.
 	PolicyDropRaw DiskPolicy = "drop_raw"
-)
-
-// LogLevel is the least severe level logged.
-type LogLevel string
-
-const (
-	LevelDebug LogLevel = "debug"
-	LevelInfo  LogLevel = "info"
-	LevelWarn  LogLevel = "warn"
-	LevelError LogLevel = "error"
-)
-
-// Slog converts l to a slog.Level; an unknown level is slog.LevelInfo.
-func (l LogLevel) Slog() slog.Level {
-	switch l {
-	case LevelDebug:
-		return slog.LevelDebug
-	case LevelWarn:
-		return slog.LevelWarn
-	case LevelError:
-		return slog.LevelError
-	}
-	return slog.LevelInfo
-}
-
-// LogFormat is how log records are written.
-type LogFormat string
-
-const (
-	FormatText LogFormat = "text" // slog.TextHandler: key=value, for people
-	FormatJSON LogFormat = "json" // slog.JSONHandler: for log shippers
 )
 
 // Default returns the configuration an empty config file gives: every

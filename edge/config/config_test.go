@@ -46,7 +46,7 @@ func wantDefaults(host string) *Config {
 		Dedup:           Dedup{IDs: 16384},
 		Uplink:          Uplink{BatchEntries: 500},
 		HTTP:            HTTP{Addr: "127.0.0.1:9464"},
-		Log:             Log{Level: LevelInfo, Format: FormatText},
+		Log:             settings.Log{Level: settings.LevelInfo, Format: settings.FormatText},
 		ShutdownTimeout: 10 * time.Second,
 	}
 }

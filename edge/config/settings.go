@@ -25,7 +25,7 @@ var table = settings.New(settings.Table[Config]{
 	EnvPrefix: "RUNNEL_",
 	ConfigEnv: "RUNNEL_CONFIG",
 	Invalid:   ErrInvalid,
-	Settings: []*settings.Setting[Config]{
+	Settings: append([]*settings.Setting[Config]{
 		{Path: "edge_id", Flag: "edge-id", Env: "RUNNEL_EDGE_ID", DefaultDoc: "the hostname", Example: "gw-001",
 			Doc:   "Names this gateway to the hub: 1 to 64 letters, digits, '.', '_' or '-'. Set it when gateways share a hostname (cloned images); the hub cannot tell such edges apart.",
 			Value: settings.String(func(c *Config) *string { return &c.EdgeID }, checkEdgeID)},
@@ -149,14 +149,7 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "http.addr", Flag: "http-addr", Env: "RUNNEL_HTTP_ADDR", Default: "127.0.0.1:9464",
 			Doc:   "host:port of the HTTP server for /metrics (Prometheus) and /healthz. Empty: no HTTP server.",
 			Value: settings.String(func(c *Config) *string { return &c.HTTP.Addr }, settings.OrEmpty(checkAddr))},
-
-		{Path: "log.level", Flag: "log-level", Env: "RUNNEL_LOG_LEVEL", Default: "info",
-			Doc:   "Least severe level logged: debug, info, warn or error.",
-			Value: settings.Enum(func(c *Config) *LogLevel { return &c.Log.Level }, LevelInfo, LevelDebug, LevelWarn, LevelError)},
-		{Path: "log.format", Flag: "log-format", Env: "RUNNEL_LOG_FORMAT", Default: "text",
-			Doc:   "Log format: text (key=value) or json.",
-			Value: settings.Enum(func(c *Config) *LogFormat { return &c.Log.Format }, FormatText, FormatJSON)},
-	},
+	}, settings.LogSettings("RUNNEL_", func(c *Config) *settings.Log { return &c.Log })...),
 })
 
 // minSegmentSize is the smallest segment the ingest log accepts

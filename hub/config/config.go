@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"log/slog"
 	"net"
 	"strings"
 	"time"
@@ -34,7 +33,7 @@ type Config struct {
 	Insecure        bool
 	Auth            Auth
 	Merge           Merge
-	Log             Log
+	Log             settings.Log
 }
 
 // Listener is a listen address, host:port.
@@ -61,43 +60,6 @@ type Merge struct {
 	CommitInterval time.Duration
 	KeyGroups      int
 }
-
-// Log configures the structured log.
-type Log struct {
-	Level  LogLevel
-	Format LogFormat
-}
-
-// LogLevel is the least severe level logged.
-type LogLevel string
-
-const (
-	LevelDebug LogLevel = "debug"
-	LevelInfo  LogLevel = "info"
-	LevelWarn  LogLevel = "warn"
-	LevelError LogLevel = "error"
-)
-
-// Slog converts l to a slog.Level; an unknown level is slog.LevelInfo.
-func (l LogLevel) Slog() slog.Level {
-	switch l {
-	case LevelDebug:
-		return slog.LevelDebug
-	case LevelWarn:
-		return slog.LevelWarn
-	case LevelError:
-		return slog.LevelError
-	}
-	return slog.LevelInfo
-}
-
-// LogFormat is how log records are written.
-type LogFormat string
-
-const (
-	FormatText LogFormat = "text" // slog.TextHandler: key=value, for people
-	FormatJSON LogFormat = "json" // slog.JSONHandler: for log shippers
-)
 
 // Default returns the configuration an empty config file gives.
 func Default() *Config { return table.Defaults() }

@@ -65,7 +65,7 @@ func TestEmptyConfig(t *testing.T) {
 	}
 	if c.GRPC.Addr != "127.0.0.1:7443" || c.HTTP.Addr != "127.0.0.1:7080" || c.Merge.EdgeTimeout != time.Minute ||
 		c.Merge.Retention != 7*24*time.Hour || c.Merge.CommitInterval != 20*time.Millisecond || c.Merge.KeyGroups != 128 ||
-		c.Log.Level != LevelInfo || !c.Plaintext() || c.DataDir != "./runnel-hub-data" {
+		c.Log.Level != settings.LevelInfo || !c.Plaintext() || c.DataDir != "./runnel-hub-data" {
 		t.Errorf("defaults: %+v", c)
 	}
 	if err := Default().Validate(); err != nil {
@@ -82,7 +82,7 @@ func TestPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.GRPC.Addr != "127.0.0.1:1" || c.HTTP.Addr != "127.0.0.1:3" || c.Merge.EdgeTimeout != 4*time.Minute ||
-		c.Merge.KeyGroups != 8 || c.Log.Level != LevelDebug || !c.Insecure {
+		c.Merge.KeyGroups != 8 || c.Log.Level != settings.LevelDebug || !c.Insecure {
 		t.Errorf("merged: %+v", c)
 	}
 	// --config and RUNNEL_HUB_CONFIG name the file.

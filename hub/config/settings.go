@@ -17,7 +17,7 @@ var table = settings.New(settings.Table[Config]{
 	EnvPrefix: "RUNNEL_HUB_",
 	ConfigEnv: "RUNNEL_HUB_CONFIG",
 	Invalid:   ErrInvalid,
-	Settings: []*settings.Setting[Config]{
+	Settings: append([]*settings.Setting[Config]{
 		{Path: "data_dir", Flag: "data-dir", Env: "RUNNEL_HUB_DATA_DIR", Default: "./runnel-hub-data",
 			Doc:   "Directory of the hub's store (hub.db): merged windows, results and every edge's applied sequence numbers; created if missing. Losing it loses the dedup record, so back it up with the results.",
 			Value: settings.Path(func(c *Config) *string { return &c.DataDir }, settings.NonEmpty)},
@@ -70,14 +70,7 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "merge.key_groups", Flag: "key-groups", Env: "RUNNEL_HUB_KEY_GROUPS", Default: "128",
 			Doc:   "Key groups the merge state is partitioned into (1 to 32768), the unit a scaled-out hub moves between processes. Fixed when the store is created.",
 			Value: settings.Int(func(c *Config) *int { return &c.Merge.KeyGroups }, 1, 1<<15)},
-
-		{Path: "log.level", Flag: "log-level", Env: "RUNNEL_HUB_LOG_LEVEL", Default: "info",
-			Doc:   "Least severe level logged: debug, info, warn or error.",
-			Value: settings.Enum(func(c *Config) *LogLevel { return &c.Log.Level }, LevelInfo, LevelDebug, LevelWarn, LevelError)},
-		{Path: "log.format", Flag: "log-format", Env: "RUNNEL_HUB_LOG_FORMAT", Default: "text",
-			Doc:   "Log format: text (key=value) or json.",
-			Value: settings.Enum(func(c *Config) *LogFormat { return &c.Log.Format }, FormatText, FormatJSON)},
-	},
+	}, settings.LogSettings("RUNNEL_HUB_", func(c *Config) *settings.Log { return &c.Log })...),
 })
 
 // checkAddr checks a listen address of the hub.
