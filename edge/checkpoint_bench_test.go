@@ -11,7 +11,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 )
 
 // BenchmarkCheckpoint measures the writer's commit of one checkpoint (with
@@ -96,7 +95,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 // commit is driven by hand.
 func benchNode(b *testing.B) *node {
 	b.Helper()
-	s, err := spec.Parse("bench.yaml", []byte(`name: ckpt
+	p, err := operators.CompileYAML("bench.yaml", []byte(`name: ckpt
 source: {mqtt: {topic: "plant/+/temp", qos: 1}}
 event_time: {field: ts, unit: ms}
 key: [device]
@@ -104,10 +103,6 @@ watermark: {max_out_of_order: 5s}
 window: {tumbling: 1m}
 aggregates: {readings: count()}
 `))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := operators.Compile(s)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,16 +14,11 @@ import (
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/internal/testbroker"
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 )
 
 func compileSpec(t *testing.T, yaml string) *operators.Pipeline {
 	t.Helper()
-	s, err := spec.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := operators.Compile(s)
+	p, err := operators.CompileYAML("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,14 +8,13 @@ import (
 
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 )
 
 // BenchmarkRecovery measures what a restart costs: open the state store and
 // the ingest log, restore the pipeline, replay 10^6 logged readings of 10^5
 // devices through it and commit the checkpoint that covers them.
 func BenchmarkRecovery(b *testing.B) {
-	s, err := spec.Parse("bench.yaml", []byte(`name: rec
+	p, err := operators.CompileYAML("bench.yaml", []byte(`name: rec
 source: {mqtt: {topic: "plant/+/temp", qos: 1}}
 event_time: {field: ts, unit: ms}
 key: [device]
@@ -23,10 +22,6 @@ watermark: {max_out_of_order: 5s}
 window: {tumbling: 1m}
 aggregates: {readings: count(), avg_temp: avg(temp), max_temp: max(temp)}
 `))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := operators.Compile(s)
 	if err != nil {
 		b.Fatal(err)
 	}

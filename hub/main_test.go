@@ -9,7 +9,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
@@ -43,13 +42,9 @@ aggregates:
 
 func compile(t testing.TB, yaml string) *operators.Pipeline {
 	t.Helper()
-	s, err := spec.Parse("test.yaml", []byte(yaml))
+	p, err := operators.CompileYAML("test.yaml", []byte(yaml))
 	if err != nil {
-		t.Fatalf("spec: %v", err)
-	}
-	p, err := operators.Compile(s)
-	if err != nil {
-		t.Fatalf("compile: %v", err)
+		t.Fatalf("pipeline: %v", err)
 	}
 	return p
 }

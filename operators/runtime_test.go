@@ -14,7 +14,6 @@ import (
 
 	"github.com/runnel-io/runnel/internal/oracle"
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
 
@@ -28,13 +27,9 @@ type tb interface {
 
 func compile(t tb, yaml string) *operators.Pipeline {
 	t.Helper()
-	s, err := spec.Parse("test.yaml", []byte(yaml))
+	p, err := operators.CompileYAML("test.yaml", []byte(yaml))
 	if err != nil {
-		t.Fatalf("spec: %v", err)
-	}
-	p, err := operators.Compile(s)
-	if err != nil {
-		t.Fatalf("compile: %v", err)
+		t.Fatalf("pipeline: %v", err)
 	}
 	return p
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
@@ -28,11 +27,7 @@ aggregates:
 
 func testPipeline(t testing.TB) *operators.Pipeline {
 	t.Helper()
-	s, err := spec.Parse("temps.yaml", []byte(testSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := operators.Compile(s)
+	p, err := operators.CompileYAML("temps.yaml", []byte(testSpec))
 	if err != nil {
 		t.Fatal(err)
 	}

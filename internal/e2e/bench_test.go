@@ -17,7 +17,6 @@ import (
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/grpczstd"
 	"github.com/runnel-io/runnel/sync/uplink"
@@ -50,11 +49,7 @@ aggregates: {readings: count(), avg_temp: avg(temp), max_temp: max(temp)}
 }
 
 func compileBench(b testing.TB, name string) *operators.Pipeline {
-	s, err := spec.Parse(name+".yaml", []byte(benchSpecs[name]))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := operators.Compile(s)
+	p, err := operators.CompileYAML(name+".yaml", []byte(benchSpecs[name]))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/internal/testbroker"
 	"github.com/runnel-io/runnel/operators"
-	"github.com/runnel-io/runnel/operators/spec"
 	"github.com/runnel-io/runnel/sync/uplink"
 )
 
@@ -39,11 +38,7 @@ aggregates: {n: count(), sum: sum(v)}
 // the copy stays.
 func TestRestoredEdgeDoesNotDoubleCount(t *testing.T) {
 	dir := t.TempDir()
-	s, err := spec.Parse("restore.yaml", []byte(restoreSpec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := operators.Compile(s)
+	p, err := operators.CompileYAML("restore.yaml", []byte(restoreSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
