@@ -76,6 +76,29 @@ func BenchmarkEdgeIngest(b *testing.B) {
 		return fmt.Appendf(payloads[i%len(payloads)][:0], `{"device":"sensor-%06d","seq":%d,"ts":%d,"temp":%.2f}`,
 			rng.IntN(devices), i, 1_767_225_600_000+int64(i/20), 15+rng.Float64()*20)
 	}
+	// stream publishes 1000 readings per iteration through the broker at
+	// hostPort, calls received to wait until the receiver has them all, and
+	// reports the receiver process's rate, CPU time and peak RSS.
+	stream := func(b *testing.B, hostPort string, pid int, received func(sent int)) {
+		pub := testbroker.NewPublisher(b, hostPort)
+		cpu0 := procCPU(pid)
+		sent := 0
+		began := time.Now()
+		for b.Loop() {
+			for range 1000 {
+				if err := pub.PublishAsync(context.Background(), "plant/north/temp", mk(sent), 1); err != nil {
+					b.Fatal(err)
+				}
+				sent++
+			}
+		}
+		received(sent)
+		elapsed := time.Since(began)
+		cpu := procCPU(pid) - cpu0
+		b.ReportMetric(float64(sent)/elapsed.Seconds(), "msgs/s")
+		b.ReportMetric(cpu.Seconds()*100_000/float64(sent), "cpu-s/100k")
+		b.ReportMetric(float64(procPeakRSS(pid))/(1<<20), "peak-rss-MiB")
+	}
 	b.Run("receiver=runnel-edge", func(b *testing.B) {
 		dir := b.TempDir()
 		bin := filepath.Join(dir, "runnel-edge")
@@ -108,28 +131,13 @@ func BenchmarkEdgeIngest(b *testing.B) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		pub := testbroker.NewPublisher(b, m.HostPort())
-		cpu0 := procCPU(cmd.Process.Pid)
-		sent := 0
-		began := time.Now()
-		for b.Loop() {
-			for range 1000 {
-				if err := pub.PublishAsync(context.Background(), "plant/north/temp", mk(sent), 1); err != nil {
-					b.Fatal(err)
-				}
-				sent++
+		stream(b, m.HostPort(), cmd.Process.Pid, func(sent int) {
+			// Scrapes cost the edge CPU too: only after the stream, every
+			// 20 ms (a coarser poll would add its overshoot to its time).
+			for in() < int64(sent) {
+				time.Sleep(20 * time.Millisecond)
 			}
-		}
-		// Scrapes cost the edge CPU too: only after the stream, every 20 ms
-		// (a coarser poll would add its overshoot to the edge's time).
-		for in() < int64(sent) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		elapsed := time.Since(began)
-		cpu := procCPU(cmd.Process.Pid) - cpu0
-		b.ReportMetric(float64(sent)/elapsed.Seconds(), "msgs/s")
-		b.ReportMetric(cpu.Seconds()*100_000/float64(sent), "cpu-s/100k")
-		b.ReportMetric(float64(procPeakRSS(cmd.Process.Pid))/(1<<20), "peak-rss-MiB")
+		})
 	})
 	b.Run("receiver=bare-paho", func(b *testing.B) {
 		m := testbroker.Start(b)
@@ -149,27 +157,12 @@ func BenchmarkEdgeIngest(b *testing.B) {
 		if !out.Scan() || out.Text() != "subscribed" {
 			b.Fatalf("bare subscriber: %q", out.Text())
 		}
-		pub := testbroker.NewPublisher(b, m.HostPort())
-		cpu0 := procCPU(cmd.Process.Pid)
-		sent := 0
-		began := time.Now()
-		for b.Loop() {
-			for range 1000 {
-				if err := pub.PublishAsync(context.Background(), "plant/north/temp", mk(sent), 1); err != nil {
-					b.Fatal(err)
-				}
-				sent++
+		stream(b, m.HostPort(), cmd.Process.Pid, func(sent int) {
+			fmt.Fprintln(stdin, sent)
+			if !out.Scan() || out.Text() != "done" {
+				b.Fatalf("bare subscriber: %q", out.Text())
 			}
-		}
-		fmt.Fprintln(stdin, sent)
-		if !out.Scan() || out.Text() != "done" {
-			b.Fatalf("bare subscriber: %q", out.Text())
-		}
-		elapsed := time.Since(began)
-		cpu := procCPU(cmd.Process.Pid) - cpu0
-		b.ReportMetric(float64(sent)/elapsed.Seconds(), "msgs/s")
-		b.ReportMetric(cpu.Seconds()*100_000/float64(sent), "cpu-s/100k")
-		b.ReportMetric(float64(procPeakRSS(cmd.Process.Pid))/(1<<20), "peak-rss-MiB")
+		})
 	})
 }
 
