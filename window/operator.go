@@ -76,7 +76,6 @@ type Operator struct {
 	cover   []*slab          // scratch for blockCover
 	res     Result
 	stats   Stats
-	sink    uint64 // Prefetch's reads land here so they are not optimized away
 
 	// change tracking for SnapshotDirty
 	changed []int32        // keys whose versions or sessions changed

@@ -1,5 +1,11 @@
 package window
 
+import (
+	"unsafe"
+
+	"github.com/runnel-io/runnel/internal/prefetch"
+)
+
 // PrefetchMax is the most records one Prefetch call looks at.
 const PrefetchMax = 64
 
@@ -8,29 +14,39 @@ const PrefetchMax = 64
 // costs ~10 ns per record, at 10^5 it saves ~140 ns).
 const prefetchMinKeys = 1 << 14
 
-// Prefetch is a hint: it reads, without changing anything, the memory that
-// Add will need for the next records (their index slots, inline key names,
-// long key bytes and current partials), one level at a time across all of
-// them.
-// Loads that do not depend on each other overlap in the CPU, so a run of
-// records with keys scattered over a large state pays roughly one memory
-// latency per level instead of one per level per record. Call it with up to
-// PrefetchMax records' hashes and event times, then Add them as usual; it
-// never affects results.
+// Prefetch is a hint: it asks the CPU to load, without changing anything,
+// the memory that Add will need for the next records: their index slots,
+// inline key names and current partials. Call it with up to PrefetchMax
+// records' hashes and event times, then Add them as usual; it never affects
+// results.
+//
+// Each level's addresses depend on the level before (a key's index slot
+// gives its index, which gives its name and partial), so it goes level by
+// level across all the records, and within a level requests every record's
+// line before reading any: the misses overlap instead of queueing behind
+// one another. The slots are requested, then walked (which waits about one
+// memory latency for the whole batch, not one per record); the names and
+// partials are requested and still on their way when Prefetch returns, so
+// the first Adds overlap with them. (Requesting the next batch's slots a
+// batch ahead measured no better here, so the API stays one batch at a
+// time.)
 func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 	if len(o.keys) < prefetchMinKeys {
 		return // the state fits in cache: nothing to gain
 	}
 	n := min(len(hashes), len(times), PrefetchMax)
-	var idx [PrefetchMax]int32
-	var sink uint64
 	x := &o.index
 	mask := uint64(len(x.slots) - 1)
 	var mixes [PrefetchMax]uint32
+	var addrs [3 * PrefetchMax]uintptr // names, then partials (two lines each)
 	for i := range n {
 		mixes[i] = mix(hashes[i])
-		sink += uint64(x.slots[x.home(mixes[i])].mix)
+		addrs[i] = uintptr(unsafe.Pointer(&x.slots[x.home(mixes[i])]))
 	}
+	prefetch.Lines(addrs[:n])
+
+	var idx [PrefetchMax]int32
+	na := 0
 	for i := range n {
 		m := mixes[i]
 		idx[i] = -1
@@ -41,16 +57,13 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 			}
 			if s.mix == m {
 				idx[i] = s.idx - 1
-				sink += uint64(o.names.short[s.idx-1].n)
+				addrs[na] = uintptr(unsafe.Pointer(&o.names.short[s.idx-1]))
+				na++
 				break
 			}
 		}
 	}
-	for i := range n {
-		if idx[i] >= 0 && o.names.short[idx[i]].n > inlineKey {
-			sink += uint64(o.names.long[idx[i]][0]) // long keys live apart
-		}
-	}
+
 	if o.kind != Session && len(o.slabs) > 0 {
 		// Consecutive records mostly fall in one slice: its slab is looked
 		// up when the slice changes, not per record.
@@ -78,10 +91,11 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 			if c < len(sb.chunks) && sb.chunks[c] != nil {
 				ch := sb.chunks[c]
 				if j := idx[i] & chunkMask; ch.bits[j>>6]&(1<<(j&63)) != 0 {
-					sink += ch.states.Touch(int(ch.slot[j]))
+					addrs[na], addrs[na+1] = ch.states.Lines(int(ch.slot[j]))
+					na += 2
 				}
 			}
 		}
 	}
-	o.sink += sink
+	prefetch.Lines(addrs[:na])
 }

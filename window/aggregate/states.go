@@ -1,6 +1,8 @@
 package aggregate
 
-import "math"
+import (
+	"unsafe"
+)
 
 // States is n partials of one Set side by side, for callers that keep many
 // of them (the window operator's per-slice slabs): the record count and
@@ -73,12 +75,11 @@ func (ss *States) At(i int) State {
 	return st
 }
 
-// Touch reads partial i's memory and returns a value of no meaning. The
-// window operator calls it to pull partials into cache ahead of Add; see
-// window.Operator.Prefetch. It reads both ends of the partial, in case it
-// straddles two cache lines.
-func (ss *States) Touch(i int) uint64 {
+// Lines returns the addresses of the first and last words of partial i,
+// the cache lines it lies on, for window.Operator.Prefetch to load ahead of
+// Add.
+func (ss *States) Lines(i int) (first, last uintptr) {
 	w := ss.stride
 	v := ss.vals[i*w : (i+1)*w]
-	return math.Float64bits(v[0]) + math.Float64bits(v[w-1])
+	return uintptr(unsafe.Pointer(&v[0])), uintptr(unsafe.Pointer(&v[w-1]))
 }
