@@ -85,8 +85,9 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 				b.Fatal(err)
 			}
 			src := newPayloads(100_000)
-			// As a worker does: a run of decoded records, prefetched, then added.
-			const run = window.PrefetchMax
+			// As a worker does: a run of decoded records, then added with
+			// Prefetch looking ahead.
+			const run = 64
 			var (
 				keys   [run][]byte
 				hashes [run]uint64
@@ -105,8 +106,10 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 					hashes[j], times[j], temps[j] = rec.Hash, rec.Time, rec.Nums[0]
 					marks[j] = wms.Observe(0, rec.Time)
 				}
-				op.Prefetch(hashes[:], times[:])
 				for j := range run {
+					if j%window.PrefetchStep == 0 {
+						op.Prefetch(hashes[j:min(j+window.PrefetchAhead, run)], times[j:])
+					}
 					op.Advance(marks[j])
 					in.Time, in.Nums[0] = times[j], temps[j]
 					op.Add(keys[j], hashes[j], &in)

@@ -443,8 +443,8 @@ func (w *worker) run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		for i := range b.n {
-			if i%window.PrefetchMax == 0 {
-				j := min(i+window.PrefetchMax, b.n)
+			if i%window.PrefetchStep == 0 {
+				j := min(i+window.PrefetchAhead, b.n)
 				w.op.Prefetch(b.hashes[i:j], b.times[i:j])
 			}
 			w.op.Advance(b.wms[i])

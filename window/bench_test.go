@@ -24,6 +24,9 @@ type benchStream struct {
 	times  []int64
 	temps  []float64
 	span   int64 // event time covered by one pass over the columns
+
+	pass    int     // the pass whose event times passOut holds
+	passOut []int64 // times shifted to pass, computed once per pass
 }
 
 func newBenchStream(nkeys int, period int64) *benchStream {
@@ -44,9 +47,10 @@ func newBenchStream(nkeys int, period int64) *benchStream {
 	return s
 }
 
-// batch is up to PrefetchMax consecutive records in columns, as a worker
-// receives them: key i is keys[ends[i-1]:ends[i]] (the first starts at
-// start).
+// batch is up to PrefetchAhead consecutive records in columns, as a worker
+// sees them from the next record on: key i is keys[ends[i-1]:ends[i]] (the
+// first starts at start). The first n are added, the rest are there for
+// Prefetch to look ahead.
 type batch struct {
 	keys   []byte
 	start  int
@@ -54,15 +58,22 @@ type batch struct {
 	hashes []uint64
 	times  []int64
 	temps  []float64
-	buf    [window.PrefetchMax]int64
+	n      int
 }
 
 // batch sets b to the records from i on, stopping at the end of a pass over
 // the columns; event times are shifted to i's pass.
 func (s *benchStream) batch(i int, b *batch) {
 	n := len(s.times)
-	j, shift := i%n, int64(i/n)*s.span
-	m := min(window.PrefetchMax, n-j)
+	j, pass := i%n, i/n
+	if s.passOut == nil || pass != s.pass {
+		s.pass = pass
+		s.passOut = s.passOut[:0]
+		for _, t := range s.times {
+			s.passOut = append(s.passOut, t+int64(pass)*s.span)
+		}
+	}
+	m := min(window.PrefetchAhead, n-j)
 	b.keys, b.start = s.keys, 0
 	if j > 0 {
 		b.start = s.keyEnd[j-1]
@@ -70,10 +81,8 @@ func (s *benchStream) batch(i int, b *batch) {
 	b.ends = s.keyEnd[j : j+m]
 	b.hashes = s.hashes[j : j+m]
 	b.temps = s.temps[j : j+m]
-	b.times = b.buf[:m]
-	for k, t := range s.times[j : j+m] {
-		b.times[k] = t + shift
-	}
+	b.times = s.passOut[j : j+m]
+	b.n = min(window.PrefetchStep, m)
 }
 
 var countAvgMax = []aggregate.Spec{
@@ -119,7 +128,7 @@ func BenchmarkOperator(b *testing.B) {
 				var bt batch
 				i, k := 0, 0 // record i is bt's k-th
 				step := func() {
-					if k == len(bt.times) {
+					if k == bt.n {
 						s.batch(i, &bt)
 						op.Prefetch(bt.hashes, bt.times)
 						k = 0

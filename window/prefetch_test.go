@@ -44,7 +44,7 @@ func TestPrefetchChangesNothing(t *testing.T) {
 			for i := 0; i < len(s.times)*50; {
 				s.batch(i, &bt)
 				ops[1].Prefetch(bt.hashes, bt.times)
-				for k, ts := range bt.times {
+				for k, ts := range bt.times[:bt.n] {
 					key := bt.keys[bt.start:bt.ends[k]]
 					bt.start = bt.ends[k]
 					in.Time, in.Nums[0] = ts, bt.temps[k]
