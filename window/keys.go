@@ -174,6 +174,10 @@ func equalInline(inl *[inlineKey]byte, key []byte) bool {
 	return binary.LittleEndian.Uint64(inl[n-8:]) == binary.LittleEndian.Uint64(key[n-8:])
 }
 
+// clear makes idx the key of nothing: equal is false for every key until
+// the next set.
+func (kn *keyNames) clear(idx int32) { kn.short[idx].n = -1 }
+
 // set makes key the key of idx, which is at most one past the last index.
 func (kn *keyNames) set(idx int32, key []byte) {
 	if int(idx) == len(kn.short) {

@@ -70,6 +70,8 @@ type Operator struct {
 	timers timers
 	free   []*aggregate.State
 
+	found found // keys Prefetch found, for the Adds that follow
+
 	scratch *aggregate.State
 	acc     aggregate.States // a chunk of accumulators for firing sliding windows
 	view    aggregate.State  // the partial being emitted, when it lives in a slab
@@ -198,7 +200,10 @@ func (o *Operator) Advance(wm int64) {
 // the late output. Add must follow the Advance to the watermark that
 // includes this event.
 func (o *Operator) Add(key []byte, hash uint64, in *aggregate.Input) bool {
-	idx := o.index.find(hash, key, &o.names)
+	idx := o.found.take(hash)
+	if idx < 0 || !o.names.equal(idx, key) {
+		idx = o.index.find(hash, key, &o.names)
+	}
 	if idx < 0 {
 		if o.tooLate(in.Time) {
 			o.stats.Late++
@@ -278,6 +283,7 @@ func (o *Operator) forget(idx int32) {
 	}
 	k.fired = k.fired[:0]
 	k.live = false
+	o.names.clear(idx) // so that no key found by Prefetch before matches it
 	o.index.remove(k.hash, idx)
 	o.freeK = append(o.freeK, idx)
 	o.live--

@@ -70,6 +70,7 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 				break
 			}
 		}
+		o.found.put(hashes[i], int32(k))
 		if k < 0 {
 			continue
 		}
@@ -109,4 +110,43 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 		na++
 	}
 	prefetch.Lines(addrs[:na])
+}
+
+// found passes the key indexes Prefetch's walk found to the Adds of those
+// records, so that an Add whose key Prefetch found confirms it against the
+// key's name (a line Prefetch requested) instead of probing the index
+// again. It is a queue in record order: Prefetch walks each record once,
+// one group ahead of its Add. An Add whose hash is not at the head (a record
+// Prefetch did not see, as the first of a worker's batch) looks its key up
+// as usual; a queue kept full by records never added loses its oldest. The
+// indexes are hints: forget clears a key's name, so a key forgotten or
+// replaced since the walk fails the confirmation.
+type found struct {
+	hash       [foundCap]uint64
+	idx        [foundCap]int32
+	head, size int
+}
+
+const foundCap = 4 * PrefetchStep // a power of two
+
+func (f *found) put(hash uint64, idx int32) {
+	if f.size == foundCap {
+		f.head = (f.head + 1) % foundCap
+		f.size--
+	}
+	i := (f.head + f.size) % foundCap
+	f.hash[i], f.idx[i] = hash, idx
+	f.size++
+}
+
+// take returns the index Prefetch found for the record with hash if it is
+// the next in the queue, and -1 otherwise (as when the walk found none).
+func (f *found) take(hash uint64) int32 {
+	if f.size == 0 || f.hash[f.head] != hash {
+		return -1
+	}
+	idx := f.idx[f.head]
+	f.head = (f.head + 1) % foundCap
+	f.size--
+	return idx
 }

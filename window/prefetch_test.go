@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/runnel-io/runnel/window"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
@@ -61,6 +63,77 @@ func TestPrefetchChangesNothing(t *testing.T) {
 			}
 			if st := ops[0].Stats(); st.Added == 0 || a.Kind != window.Session && st.Emitted == 0 {
 				t.Fatalf("nothing happened: %+v", st) // sessions of keys reporting every 10 s never close
+			}
+		})
+	}
+}
+
+// TestPrefetchOfForgottenKey has Prefetch find a key that is then forgotten
+// before its records are added, its index left free or given to a new key:
+// the Adds must not use the index Prefetch found.
+func TestPrefetchOfForgottenKey(t *testing.T) {
+	for _, reused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reused=%v", reused), func(t *testing.T) {
+			set, err := aggregate.NewSet(countAvgMax, aggregate.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var outs [2][]byte
+			var ops [2]*window.Operator
+			for j := range ops {
+				ops[j], err = window.NewOperator(window.Config{Assigner: window.TumblingWindows(10_000), Aggregates: set,
+					Emit: func(r *window.Result) {
+						outs[j] = fmt.Appendf(outs[j], "%s %d %d %d ", r.Key, r.Start, r.End, r.Version)
+						outs[j] = set.AppendEncode(outs[j], r.State)
+					}})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			add := func(key string, ts int64) {
+				for _, op := range ops {
+					op.Advance(ts)
+					op.Add([]byte(key), xxhash.Sum64String(key), &aggregate.Input{Time: ts, Nums: []float64{1}})
+				}
+			}
+			const nkeys = 20_000 // enough for Prefetch to act
+			for i := range nkeys {
+				add(fmt.Sprintf("k%05d", i), 0)
+			}
+			last := fmt.Sprintf("k%05d", nkeys-1) // the last key: forgotten last, so its index is the first reused
+			hashes := make([]uint64, window.PrefetchAhead)
+			times := make([]int64, window.PrefetchAhead)
+			for i := range hashes {
+				hashes[i], times[i] = xxhash.Sum64String(last), 100_000
+			}
+			ops[1].Prefetch(hashes, times)
+			for _, op := range ops {
+				op.Advance(100_000) // every key is idle now: all are forgotten
+				if op.Keys() != 0 {
+					t.Fatalf("%d keys remembered, want none", op.Keys())
+				}
+			}
+			if reused {
+				add("newcomer", 100_000)
+			}
+			add(last, 100_000)
+			add("newcomer", 100_001) // takes the freed index if last's Add did not
+			for i := range 2 * window.PrefetchAhead {
+				add(last, 100_002+int64(i))
+			}
+			if ops[0].Keys() != ops[1].Keys() {
+				t.Fatalf("with Prefetch %d keys, without %d", ops[1].Keys(), ops[0].Keys())
+			}
+			for _, op := range ops {
+				op.Advance(window.MaxTime)
+			}
+			if !bytes.Equal(outs[0], outs[1]) {
+				i := 0
+				for i < min(len(outs[0]), len(outs[1])) && outs[0][i] == outs[1][i] {
+					i++
+				}
+				t.Fatalf("results differ from byte %d:\nwith Prefetch:    %q\nwithout Prefetch: %q",
+					i, outs[1][i:min(i+120, len(outs[1]))], outs[0][i:min(i+120, len(outs[0]))])
 			}
 		})
 	}
