@@ -47,10 +47,10 @@ func newBenchStream(nkeys int, period int64) *benchStream {
 	return s
 }
 
-// batch is up to PrefetchAhead consecutive records in columns, as a worker
-// sees them from the next record on: key i is keys[ends[i-1]:ends[i]] (the
-// first starts at start). The first n are added, the rest are there for
-// Prefetch to look ahead.
+// batch is a run of consecutive records in columns, as a worker receives
+// them: key i is keys[ends[i-1]:ends[i]] (the first starts at start). The
+// first n are added; the columns go on for PrefetchAhead more, when the
+// pass has them, so that Prefetch can look ahead of the last ones.
 type batch struct {
 	keys   []byte
 	start  int
@@ -62,7 +62,7 @@ type batch struct {
 }
 
 // batch sets b to the records from i on, stopping at the end of a pass over
-// the columns; event times are shifted to i's pass.
+// the columns (the column of event times is i's pass's).
 func (s *benchStream) batch(i int, b *batch) {
 	n := len(s.times)
 	j, pass := i%n, i/n
@@ -73,7 +73,7 @@ func (s *benchStream) batch(i int, b *batch) {
 			s.passOut = append(s.passOut, t+int64(pass)*s.span)
 		}
 	}
-	m := min(window.PrefetchAhead, n-j)
+	m := min(batchRecords+window.PrefetchAhead, n-j)
 	b.keys, b.start = s.keys, 0
 	if j > 0 {
 		b.start = s.keyEnd[j-1]
@@ -82,8 +82,11 @@ func (s *benchStream) batch(i int, b *batch) {
 	b.hashes = s.hashes[j : j+m]
 	b.temps = s.temps[j : j+m]
 	b.times = s.passOut[j : j+m]
-	b.n = min(window.PrefetchStep, m)
+	b.n = min(batchRecords, m)
 }
+
+// batchRecords is how many records a batch adds.
+const batchRecords = 64
 
 var countAvgMax = []aggregate.Spec{
 	{Name: "readings", Func: aggregate.Count, Input: -1},
@@ -130,8 +133,10 @@ func BenchmarkOperator(b *testing.B) {
 				step := func() {
 					if k == bt.n {
 						s.batch(i, &bt)
-						op.Prefetch(bt.hashes, bt.times)
 						k = 0
+					}
+					if k%window.PrefetchStep == 0 {
+						op.Prefetch(bt.hashes[k:], bt.times[k:])
 					}
 					key := bt.keys[bt.start:bt.ends[k]]
 					bt.start = bt.ends[k]

@@ -45,8 +45,10 @@ func TestPrefetchChangesNothing(t *testing.T) {
 			var bt batch
 			for i := 0; i < len(s.times)*50; {
 				s.batch(i, &bt)
-				ops[1].Prefetch(bt.hashes, bt.times)
 				for k, ts := range bt.times[:bt.n] {
+					if k%window.PrefetchStep == 0 {
+						ops[1].Prefetch(bt.hashes[k:], bt.times[k:])
+					}
 					key := bt.keys[bt.start:bt.ends[k]]
 					bt.start = bt.ends[k]
 					in.Time, in.Nums[0] = ts, bt.temps[k]
