@@ -51,8 +51,8 @@ func (x *keyIndex) find(h uint64, key []byte, names *keyNames) int32 {
 }
 
 func (x *keyIndex) insert(h uint64, idx int32) {
-	if (x.n+1)*2 > len(x.slots) {
-		x.grow()
+	if (x.n+1)*4 > len(x.slots)*3 {
+		x.grow() // at most 3/4 full: 10^5 keys take 1 MiB of slots, not 2
 	}
 	x.n++
 	m := mix(h)
