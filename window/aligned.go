@@ -349,25 +349,27 @@ func (o *Operator) emitAligned(idx int32, e int64) {
 // are dropped on the way.
 func (o *Operator) bumpVersion(idx int32, e int64) uint32 {
 	o.touch(idx)
-	k := &o.keys[idx]
+	fired := o.firedOf(idx)
 	n := 0
-	for n < len(k.fired) && addSat(k.fired[n].end, o.lateness) <= o.wm {
+	for n < len(*fired) && addSat((*fired)[n].end, o.lateness) <= o.wm {
 		n++
 	}
 	if n > 0 {
-		k.fired = k.fired[:copy(k.fired, k.fired[n:])]
+		*fired = (*fired)[:copy(*fired, (*fired)[n:])]
 	}
-	i := len(k.fired)
-	for i > 0 && k.fired[i-1].end >= e {
+	fw := *fired
+	i := len(fw)
+	for i > 0 && fw[i-1].end >= e {
 		i--
 	}
-	if i < len(k.fired) && k.fired[i].end == e {
-		k.fired[i].version++
-		return k.fired[i].version
+	if i < len(fw) && fw[i].end == e {
+		fw[i].version++
+		return fw[i].version
 	}
-	k.fired = append(k.fired, firedWindow{})
-	copy(k.fired[i+1:], k.fired[i:])
-	k.fired[i] = firedWindow{end: e, version: 1}
+	fw = append(fw, firedWindow{})
+	copy(fw[i+1:], fw[i:])
+	fw[i] = firedWindow{end: e, version: 1}
+	*fired = fw
 	return 1
 }
 

@@ -72,6 +72,13 @@ type Operator struct {
 
 	found found // keys Prefetch found, for the Adds that follow
 
+	// fired[idx] is the versions of key idx's aligned windows still within
+	// lateness, ordered by end; keys past its length have none. Apart from
+	// keyState and grown only when a key needs it: with no allowed
+	// lateness no window ever gets a second version, and the slice header
+	// would cost every key 24 bytes for nothing.
+	fired [][]firedWindow
+
 	scratch *aggregate.State
 	acc     aggregate.States // a chunk of accumulators for firing sliding windows
 	view    aggregate.State  // the partial being emitted, when it lives in a slab
@@ -105,8 +112,7 @@ type keyState struct {
 	hash uint64
 
 	// aligned windows
-	lastSlice int64         // latest slice end holding data of this key among the slabs dropped so far
-	fired     []firedWindow // versions of windows still within lateness, ordered by end
+	lastSlice int64 // latest slice end holding data of this key among the slabs dropped so far
 
 	live    bool
 	changed bool // versions or sessions changed since the last snapshot
@@ -281,12 +287,30 @@ func (o *Operator) forget(idx int32) {
 		sk.sessions = sk.sessions[:0]
 		sk.due = unregistered
 	}
-	k.fired = k.fired[:0]
+	if int(idx) < len(o.fired) {
+		o.fired[idx] = o.fired[idx][:0]
+	}
 	k.live = false
 	o.names.clear(idx) // so that no key found by Prefetch before matches it
 	o.index.remove(k.hash, idx)
 	o.freeK = append(o.freeK, idx)
 	o.live--
+}
+
+// firedOf returns key idx's fired windows, growing o.fired to hold them.
+func (o *Operator) firedOf(idx int32) *[]firedWindow {
+	for int(idx) >= len(o.fired) {
+		o.fired = append(o.fired, nil)
+	}
+	return &o.fired[idx]
+}
+
+// firedView returns key idx's fired windows, without growing o.fired.
+func (o *Operator) firedView(idx int32) []firedWindow {
+	if int(idx) < len(o.fired) {
+		return o.fired[idx]
+	}
+	return nil
 }
 
 func (o *Operator) getState() *aggregate.State {

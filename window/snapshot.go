@@ -122,12 +122,13 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 			}
 		} else {
 			kb = append(append(kb[:0], 'v'), o.names.get(idx)...)
-			if len(k.fired) == 0 {
+			fired := o.firedView(idx)
+			if len(fired) == 0 {
 				k.stored = false
 				return w.Delete(k.hash, kb)
 			}
-			vb = binary.AppendUvarint(vb[:0], uint64(len(k.fired)))
-			for _, f := range k.fired {
+			vb = binary.AppendUvarint(vb[:0], uint64(len(fired)))
+			for _, f := range fired {
 				vb = binary.AppendVarint(vb, f.end)
 				vb = binary.AppendUvarint(vb, uint64(f.version))
 			}
@@ -137,7 +138,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 	}
 	if full {
 		for i := range o.keys {
-			if o.keys[i].live && (len(o.keys[i].fired) > 0 || o.kind == Session && len(o.sess[i].sessions) > 0) {
+			if o.keys[i].live && (len(o.firedView(int32(i))) > 0 || o.kind == Session && len(o.sess[i].sessions) > 0) {
 				if err := write(int32(i)); err != nil {
 					return err
 				}
@@ -242,17 +243,18 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 			return bad("versions count")
 		}
 		b := value[w:]
-		ks.fired = ks.fired[:0]
+		fired := o.firedOf(idx)
+		*fired = (*fired)[:0]
 		for range n {
 			end, a := binary.Varint(b)
 			if a <= 0 || end == MinTime || o.sl.endAtOrAfter(end) != end {
 				return bad("window end")
 			}
 			v, c := binary.Uvarint(b[a:])
-			if c <= 0 || v == 0 || v > 1<<32-1 || (len(ks.fired) > 0 && ks.fired[len(ks.fired)-1].end >= end) {
+			if c <= 0 || v == 0 || v > 1<<32-1 || (len(*fired) > 0 && (*fired)[len(*fired)-1].end >= end) {
 				return bad("window version")
 			}
-			ks.fired = append(ks.fired, firedWindow{end: end, version: uint32(v)})
+			*fired = append(*fired, firedWindow{end: end, version: uint32(v)})
 			b = b[a+c:]
 		}
 		if len(b) != 0 {
