@@ -38,21 +38,21 @@ func (s *Set) AppendEncode(dst []byte, st *State) []byte {
 		if a.fn == Count && a.in < 0 {
 			continue // count() is the record count in the header
 		}
-		v := st.vals[a.off:]
-		n := uint64(v[0])
+		n := uint64(st.vals[a.n])
 		dst = binary.AppendUvarint(dst, n)
 		if n == 0 {
 			continue
 		}
+		v := st.vals[a.v:]
 		switch a.fn {
 		case Sum, Avg, Min, Max:
-			dst = appendF64(dst, v[1])
+			dst = appendF64(dst, v[0])
 		case Variance, Stddev:
+			dst = appendF64(dst, v[0])
 			dst = appendF64(dst, v[1])
-			dst = appendF64(dst, v[2])
 		case First, Last:
-			dst = binary.AppendVarint(dst, slotTime(v[1]))
-			dst = appendF64(dst, v[2])
+			dst = binary.AppendVarint(dst, slotTime(v[0]))
+			dst = appendF64(dst, v[1])
 		case Distinct:
 			dst = appendHLL(dst, st.sk.hll[a.sk])
 		case Quantile:
@@ -124,7 +124,7 @@ func (s *Set) Decode(st *State, b []byte) error {
 		return err
 	}
 	for _, a := range s.adds {
-		n := vals[a.off]
+		n := vals[a.n]
 		switch a.fn {
 		case Distinct:
 			if n == 0 {
@@ -169,9 +169,9 @@ func (s *Set) MergeEncoded(dst *State, b []byte) error {
 		dropScratch(dst)
 		return err
 	}
-	mergeVals(s.adds, dst.vals, vals)
+	s.mergeVals(dst.vals, vals)
 	for _, a := range s.adds {
-		n := vals[a.off]
+		n := vals[a.n]
 		if n == 0 {
 			continue
 		}
@@ -234,47 +234,53 @@ func (s *Set) parse(st *State, vals []float64, b []byte) error {
 		if n > records {
 			return s.corrupt(i, at, fmt.Sprintf("count %d exceeds the record count %d", n, records))
 		}
+		if a.first {
+			vals[a.n] = float64(n)
+		} else if vals[a.n] != float64(n) {
+			// Aggregates of one input count its non-null values alike; a
+			// partial where they disagree was not made by Add and Merge.
+			return s.corrupt(i, at, fmt.Sprintf("count %d differs from the %v of another aggregate of the same input", n, vals[a.n]))
+		}
 		if n == 0 {
 			continue
 		}
-		v := vals[a.off:]
-		v[0] = float64(n)
+		v := vals[a.v:]
 		switch a.fn {
 		case Sum, Avg:
-			if v[1], bad = r.f64(); bad != "" {
+			if v[0], bad = r.f64(); bad != "" {
 				return s.corrupt(i, r.off, "sum: "+bad)
 			}
 		case Variance, Stddev:
-			if v[1], bad = r.f64(); bad != "" {
+			if v[0], bad = r.f64(); bad != "" {
 				return s.corrupt(i, r.off, "mean: "+bad)
 			}
-			if v[2], bad = r.f64(); bad != "" {
+			if v[1], bad = r.f64(); bad != "" {
 				return s.corrupt(i, r.off, "sum of squared deviations: "+bad)
 			}
 		case Min, Max:
 			at := r.off
-			if v[1], bad = r.f64(); bad != "" {
+			if v[0], bad = r.f64(); bad != "" {
 				return s.corrupt(i, at, "value: "+bad)
 			}
-			if v[1] != v[1] {
+			if v[0] != v[0] {
 				return s.corrupt(i, at, "value is NaN")
 			}
-			v[1] += 0 // -0 -> +0, as Add does
+			v[0] += 0 // -0 -> +0, as Add does
 		case First, Last:
 			at := r.off
 			t, bad := r.varint()
 			if bad != "" {
 				return s.corrupt(i, at, "event time: "+bad)
 			}
-			v[1] = timeSlot(t)
+			v[0] = timeSlot(t)
 			at = r.off
-			if v[2], bad = r.f64(); bad != "" {
+			if v[1], bad = r.f64(); bad != "" {
 				return s.corrupt(i, at, "value: "+bad)
 			}
-			if v[2] != v[2] {
+			if v[1] != v[1] {
 				return s.corrupt(i, at, "value is NaN")
 			}
-			v[2] += 0
+			v[1] += 0
 		case Distinct:
 			if err := s.parseHLL(st.sk.hllTmp[a.sk], &r); err != nil {
 				return fmt.Errorf("aggregate: decode: aggregate %d (%q, distinct): %w", i, s.specs[i].Name, err)

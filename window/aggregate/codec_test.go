@@ -76,6 +76,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"missing aggregate", v1.u(0).u(0).u(0).u(0), ErrCorrupt, `aggregate 4 ("ids", distinct) at byte 5: count: truncated`},
 		{"trailing byte", v1.u(0).u(0).u(0).u(0).u(0).raw(7), ErrCorrupt, "1 trailing bytes at byte 6"},
 		{"count above records", v1.u(2).u(3), ErrCorrupt, `aggregate 1 ("cnt", count) at byte 2: count 3 exceeds the record count 2`},
+		{"counts of one input differ", v1.u(2).u(2).u(1).f(3), ErrCorrupt, `aggregate 2 ("min", min) at byte 3: count 1 differs from the 2 of another aggregate of the same input`},
 		{"min truncated", v1.u(1).u(1).u(1).raw(1, 2, 3), ErrCorrupt, `("min", min) at byte 4: value: truncated float64`},
 		{"min NaN", v1.u(1).u(1).u(1).f(math.NaN()), ErrCorrupt, "value is NaN"},
 		{"last time truncated", v1.u(1).u(1).u(1).f(1).u(1).raw(0x80), ErrCorrupt, `("last", last) at byte 13: event time: truncated varint`},

@@ -47,8 +47,8 @@ func (s *Set) Result(st *State, i int) Value {
 	if a.fn == Count && a.in < 0 {
 		return Value{Kind: Int, Int: int64(st.records())}
 	}
-	v := st.vals[a.off:]
-	n := v[0]
+	n := st.vals[a.n]
+	v := st.vals[a.v:]
 	switch a.fn {
 	case Count:
 		return Value{Kind: Int, Int: int64(n)}
@@ -64,17 +64,17 @@ func (s *Set) Result(st *State, i int) Value {
 	var f float64
 	switch a.fn {
 	case Sum:
-		f = v[1]
+		f = v[0]
 	case Avg:
-		f = v[1] / n
+		f = v[0] / n
 	case Min, Max:
-		f = v[1]
+		f = v[0]
 	case Variance:
-		f = v[2] / n
+		f = v[1] / n
 	case Stddev:
-		f = math.Sqrt(v[2] / n)
+		f = math.Sqrt(v[1] / n)
 	case First, Last:
-		f = v[2]
+		f = v[1]
 	case Quantile:
 		f = st.sk.qs[a.sk].quantile(a.q)
 	}

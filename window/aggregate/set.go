@@ -58,36 +58,47 @@ func (o Options) Validate() error {
 
 // agg is the compiled form of one Spec.
 type agg struct {
-	fn  Func
-	in  int32   // input slot; -1 for count()
-	off int32   // first of this aggregate's slots in State.vals (>= 1: slot 0 is the record count); its count n lives there
-	sk  int32   // index into State.hll (Distinct) or State.qs (Quantile)
-	q   float64 // quantile
+	fn Func
+	in int32 // input slot; -1 for count()
+	// n is the slot in State.vals of n, the number of non-null inputs the
+	// aggregate has absorbed, which is what tells "no input" (Null) apart
+	// from a value (>= 1: slot 0 is the record count). The simple
+	// aggregates (count(x), sum, avg, min, max) of one input share theirs:
+	// a partial of count/avg/max of one field is 4 slots, not 5, and n is
+	// counted once per record. The first of them in spec order is first.
+	n     int32
+	v     int32 // the aggregate's first value slot (valueSlots of them)
+	first bool  // the first aggregate in spec order to use slot n
+	sk    int32 // index into State.hll (Distinct) or State.qs (Quantile)
+	q     float64
 }
 
-// slots returns how many float64 slots of State.vals f uses. The first slot
-// of every aggregate except count() is n, the number of non-null inputs it
-// has absorbed, which is what tells "no input" (Null) apart from a value.
-func slots(f Func, in int) int {
+// sharesN reports whether aggregates of f on one input share their n.
+func sharesN(f Func) bool {
 	switch f {
-	case Count:
-		if in < 0 {
-			return 0 // count() reads the record count, State.vals[0]
-		}
-		return 1 // n
-	case Sum, Avg:
-		return 2 // n, sum
-	case Min, Max:
-		return 2 // n, value (+Inf / -Inf while empty)
-	case Variance, Stddev:
-		return 3 // n, mean, m2
-	case First, Last:
-		return 3 // n, event time (int64 bits), value
-	case Distinct, Quantile:
-		return 1 // n; the sketch lives beside vals
+	case Count, Sum, Avg, Min, Max:
+		return true
 	}
-	return 0
+	return false
 }
+
+// valueSlots returns how many float64 slots of State.vals f uses besides n.
+func valueSlots(f Func) int {
+	switch f {
+	case Sum, Avg:
+		return 1 // sum
+	case Min, Max:
+		return 1 // value (+Inf / -Inf while empty)
+	case Variance, Stddev:
+		return 2 // mean, m2
+	case First, Last:
+		return 2 // event time (int64 bits), value
+	}
+	return 0 // count(x): n itself; distinct, quantile: the sketch lives beside vals
+}
+
+// nSlot is a shared n and the input it counts.
+type nSlot struct{ in, slot int32 }
 
 // Set is the compiled list of aggregates of one pipeline. It is immutable
 // and safe for concurrent use; the States it creates are not.
@@ -99,6 +110,7 @@ type Set struct {
 	// its state in registers; the sketch calls go in their own loop.
 	scalars  []agg
 	sketches []agg
+	counts   []nSlot   // the shared n slots, counted once per record by Add and Merge
 	zero     []float64 // an empty State's vals
 	json     [][]byte  // `"name":` per spec, escaped once here
 
@@ -180,24 +192,41 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 		s.quant = q
 	}
 	s.zero = []float64{0} // the record count
-	off := 1
 	for i, sp := range specs {
-		a := agg{fn: sp.Func, in: int32(sp.Input), off: int32(off), sk: -1, q: sp.Param}
-		n := slots(sp.Func, sp.Input)
-		for range n {
-			s.zero = append(s.zero, 0)
+		a := agg{fn: sp.Func, in: int32(sp.Input), sk: -1, q: sp.Param}
+		if sp.Func != Count || sp.Input >= 0 { // count() reads the record count, State.vals[0]
+			a.n = -1
+			if sharesN(sp.Func) {
+				for _, c := range s.counts {
+					if c.in == a.in {
+						a.n = c.slot
+					}
+				}
+			}
+			if a.n < 0 {
+				a.n, a.first = int32(len(s.zero)), true
+				s.zero = append(s.zero, 0)
+				if sharesN(sp.Func) {
+					s.counts = append(s.counts, nSlot{in: a.in, slot: a.n})
+				}
+			}
+			a.v = int32(len(s.zero))
+			for range valueSlots(sp.Func) {
+				s.zero = append(s.zero, 0)
+			}
 		}
+		v := a.v
 		switch sp.Func {
 		case Min:
-			s.zero[off+1] = math.Inf(1)
+			s.zero[v] = math.Inf(1)
 		case Max:
-			s.zero[off+1] = math.Inf(-1)
+			s.zero[v] = math.Inf(-1)
 		case First:
-			s.zero[off+1] = timeSlot(math.MaxInt64)
-			s.zero[off+2] = math.Inf(1)
+			s.zero[v] = timeSlot(math.MaxInt64)
+			s.zero[v+1] = math.Inf(1)
 		case Last:
-			s.zero[off+1] = timeSlot(math.MinInt64)
-			s.zero[off+2] = math.Inf(-1)
+			s.zero[v] = timeSlot(math.MinInt64)
+			s.zero[v+1] = math.Inf(-1)
 		case Distinct:
 			a.sk = int32(s.nHLL)
 			s.nHLL++
@@ -209,7 +238,6 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 		if sp.Func != Distinct {
 			s.numInputs = max(s.numInputs, sp.Input+1)
 		}
-		off += n
 		s.aggs[i] = a
 		switch {
 		case sp.Func == Count && sp.Input < 0:

@@ -18,7 +18,7 @@ import (
 type State struct {
 	// vals[0] holds the records added, plus records of merged states, as
 	// uint64 bits (count() reads it); the scalar slots follow, laid out by
-	// Set.aggs[i].off. One slice for both keeps a partial in one place.
+	// Set.aggs[i].n and .v. One slice for both keeps a partial in one place.
 	vals []float64
 
 	sk *sketches // nil unless the Set has Distinct or Quantile aggregates
@@ -99,7 +99,7 @@ func (s *Set) resetHLL(st *State, a agg) {
 	// key takes at most 5 bytes, so a sketch that absorbed fewer than 2^p/5
 	// hashes is still sparse (unless a foreign encoding handed it a dense
 	// one, which is merely wasteful).
-	if st.vals[a.off] >= float64(uint64(1)<<s.hllP/5) {
+	if st.vals[a.n] >= float64(uint64(1)<<s.hllP/5) {
 		st.sk.hll[a.sk] = s.newHLL()
 		return
 	}
@@ -129,59 +129,59 @@ func (s *Set) Add(st *State, in *Input) {
 	v := st.vals
 	v[0] = math.Float64frombits(math.Float64bits(v[0]) + 1) // the record count
 	nums := in.Nums
+	for _, c := range s.counts {
+		if x := nums[c.in]; x == x { // NaN: null
+			v[c.slot]++
+		}
+	}
 	scalars := s.scalars
 	for i := range scalars {
 		a := &scalars[i]
-		o := a.off
 		x := nums[a.in]
-		if x != x { // NaN: null
+		if x != x {
 			continue
 		}
+		n, o := a.n, a.v
 		switch a.fn {
-		case Count:
-			v[o]++
 		case Sum, Avg:
-			v[o]++
-			v[o+1] += x
+			v[o] += x
 		case Min:
 			// x+0 turns -0 into +0: otherwise min(-0, +0) would depend on
 			// the order the two arrive in, and Merge would not commute.
 			x += 0
-			v[o]++
-			if x < v[o+1] {
-				v[o+1] = x
+			if x < v[o] {
+				v[o] = x
 			}
 		case Max:
 			x += 0
-			v[o]++
-			if x > v[o+1] {
-				v[o+1] = x
+			if x > v[o] {
+				v[o] = x
 			}
 		case Variance, Stddev:
 			// Welford: numerically stable, one pass, no sum of squares to
 			// cancel catastrophically for readings far from zero.
-			n := v[o] + 1
-			d := x - v[o+1]
-			mean := v[o+1] + d/n
-			v[o] = n
-			v[o+1] = mean
-			v[o+2] += d * (x - mean)
+			cnt := v[n] + 1
+			d := x - v[o]
+			mean := v[o] + d/cnt
+			v[n] = cnt
+			v[o] = mean
+			v[o+1] += d * (x - mean)
 		case First:
 			x += 0
 			t := in.Time
-			if ct := slotTime(v[o+1]); t < ct || t == ct && x < v[o+2] {
-				v[o+1] = timeSlot(t)
-				v[o+2] = x
+			if ct := slotTime(v[o]); t < ct || t == ct && x < v[o+1] {
+				v[o] = timeSlot(t)
+				v[o+1] = x
 			}
-			v[o]++
+			v[n]++
 		case Last:
 			x += 0
 			t := in.Time
-			if ct := slotTime(v[o+1]); t > ct || t == ct && x > v[o+2] {
-				v[o+1] = timeSlot(t)
-				v[o+2] = x
+			if ct := slotTime(v[o]); t > ct || t == ct && x > v[o+1] {
+				v[o] = timeSlot(t)
+				v[o+1] = x
 			}
-			v[o]++
+			v[n]++
 		}
 	}
 	for i := range s.sketches {
@@ -189,10 +189,10 @@ func (s *Set) Add(st *State, in *Input) {
 		if a.fn == Distinct {
 			if h := in.Hashes[a.in]; h != 0 {
 				st.sk.hll[a.sk].InsertHash(h)
-				v[a.off]++
+				v[a.n]++
 			}
 		} else if x := nums[a.in]; x == x && st.sk.qs[a.sk].add(&s.quant, x) {
-			v[a.off]++
+			v[a.n]++
 		}
 	}
 }
@@ -203,12 +203,12 @@ func (s *Set) Add(st *State, in *Input) {
 // rounding for sum, avg, variance and stddev). src is not changed. Merge
 // does not allocate for the scalar aggregates.
 func (s *Set) Merge(dst, src *State) {
-	mergeVals(s.adds, dst.vals, src.vals)
+	s.mergeVals(dst.vals, src.vals)
 	if s.nHLL == 0 && s.nQuant == 0 {
 		return
 	}
 	for _, a := range s.adds {
-		if src.vals[a.off] == 0 {
+		if src.vals[a.n] == 0 {
 			continue
 		}
 		switch a.fn {
@@ -223,60 +223,61 @@ func (s *Set) Merge(dst, src *State) {
 }
 
 // mergeVals merges the record count and the scalar slots sv into dv.
-func mergeVals(aggs []agg, dv, sv []float64) {
+func (s *Set) mergeVals(dv, sv []float64) {
 	dv[0] = math.Float64frombits(math.Float64bits(dv[0]) + math.Float64bits(sv[0])) // the record count
+	for _, c := range s.counts {
+		dv[c.slot] += sv[c.slot]
+	}
+	aggs := s.adds
 	for i := range aggs {
 		a := &aggs[i]
-		o := a.off
+		n, o := a.n, a.v
 		switch a.fn {
-		case Count, Distinct, Quantile:
-			dv[o] += sv[o]
+		case Distinct, Quantile:
+			dv[n] += sv[n]
 		case Sum, Avg:
 			dv[o] += sv[o]
-			dv[o+1] += sv[o+1]
 		case Min:
-			dv[o] += sv[o]
-			if sv[o+1] < dv[o+1] {
-				dv[o+1] = sv[o+1]
+			if sv[o] < dv[o] {
+				dv[o] = sv[o]
 			}
 		case Max:
-			dv[o] += sv[o]
-			if sv[o+1] > dv[o+1] {
-				dv[o+1] = sv[o+1]
+			if sv[o] > dv[o] {
+				dv[o] = sv[o]
 			}
 		case Variance, Stddev:
 			// Chan, Golub, LeVeque: combine (n, mean, M2) of two parts.
-			nb := sv[o]
+			nb := sv[n]
 			if nb == 0 {
 				continue
 			}
-			na := dv[o]
+			na := dv[n]
 			if na == 0 {
-				copy(dv[o:o+3], sv[o:o+3])
+				dv[n], dv[o], dv[o+1] = sv[n], sv[o], sv[o+1]
 				continue
 			}
-			n := na + nb
-			d := sv[o+1] - dv[o+1]
-			dv[o] = n
-			dv[o+1] += d * (nb / n)
-			dv[o+2] += sv[o+2] + d*d*(na*nb/n)
+			cnt := na + nb
+			d := sv[o] - dv[o]
+			dv[n] = cnt
+			dv[o] += d * (nb / cnt)
+			dv[o+1] += sv[o+1] + d*d*(na*nb/cnt)
 		case First:
-			if sv[o] == 0 {
+			if sv[n] == 0 {
 				continue
 			}
-			dv[o] += sv[o]
-			if t, ct := slotTime(sv[o+1]), slotTime(dv[o+1]); t < ct || t == ct && sv[o+2] < dv[o+2] {
+			dv[n] += sv[n]
+			if t, ct := slotTime(sv[o]), slotTime(dv[o]); t < ct || t == ct && sv[o+1] < dv[o+1] {
+				dv[o] = sv[o]
 				dv[o+1] = sv[o+1]
-				dv[o+2] = sv[o+2]
 			}
 		case Last:
-			if sv[o] == 0 {
+			if sv[n] == 0 {
 				continue
 			}
-			dv[o] += sv[o]
-			if t, ct := slotTime(sv[o+1]), slotTime(dv[o+1]); t > ct || t == ct && sv[o+2] > dv[o+2] {
+			dv[n] += sv[n]
+			if t, ct := slotTime(sv[o]), slotTime(dv[o]); t > ct || t == ct && sv[o+1] > dv[o+1] {
+				dv[o] = sv[o]
 				dv[o+1] = sv[o+1]
-				dv[o+2] = sv[o+2]
 			}
 		}
 	}
@@ -291,7 +292,7 @@ func (s *Set) CopyTo(dst, src *State) {
 		switch a.fn {
 		case Distinct:
 			s.resetHLL(dst, a)
-			if src.vals[a.off] > 0 {
+			if src.vals[a.n] > 0 {
 				if err := dst.sk.hll[a.sk].Merge(src.sk.hll[a.sk]); err != nil {
 					panic("aggregate: merge of sketches of one Set: " + err.Error())
 				}
