@@ -25,22 +25,7 @@ func TestPrefetchChangesNothing(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(a.Kind), func(t *testing.T) {
 			s := newBenchStream(20_000, 10_000)
-			set, err := aggregate.NewSet(countAvgMax, aggregate.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var outs [2][]byte
-			var ops [2]*window.Operator
-			for j := range ops {
-				ops[j], err = window.NewOperator(window.Config{Assigner: a, Lateness: 5000, Aggregates: set,
-					Emit: func(r *window.Result) {
-						outs[j] = fmt.Appendf(outs[j], "%s %d %d %d ", r.Key, r.Start, r.End, r.Version)
-						outs[j] = set.AppendEncode(outs[j], r.State)
-					}})
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			ops, outs := twoOperators(t, window.Config{Assigner: a, Lateness: 5000})
 			in := aggregate.Input{Nums: []float64{0}}
 			var bt batch
 			for i := 0; i < len(s.times)*50; {
@@ -76,22 +61,7 @@ func TestPrefetchChangesNothing(t *testing.T) {
 func TestPrefetchOfForgottenKey(t *testing.T) {
 	for _, reused := range []bool{false, true} {
 		t.Run(fmt.Sprintf("reused=%v", reused), func(t *testing.T) {
-			set, err := aggregate.NewSet(countAvgMax, aggregate.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var outs [2][]byte
-			var ops [2]*window.Operator
-			for j := range ops {
-				ops[j], err = window.NewOperator(window.Config{Assigner: window.TumblingWindows(10_000), Aggregates: set,
-					Emit: func(r *window.Result) {
-						outs[j] = fmt.Appendf(outs[j], "%s %d %d %d ", r.Key, r.Start, r.End, r.Version)
-						outs[j] = set.AppendEncode(outs[j], r.State)
-					}})
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			ops, outs := twoOperators(t, window.Config{Assigner: window.TumblingWindows(10_000)})
 			add := func(key string, ts int64) {
 				for _, op := range ops {
 					op.Advance(ts)
@@ -139,4 +109,27 @@ func TestPrefetchOfForgottenKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// twoOperators returns two operators of cfg with count/avg/max, each
+// appending its results, encoded, to its own buffer in outs.
+func twoOperators(t *testing.T, cfg window.Config) (ops [2]*window.Operator, outs *[2][]byte) {
+	t.Helper()
+	set, err := aggregate.NewSet(countAvgMax, aggregate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs = new([2][]byte)
+	for j := range ops {
+		c := cfg
+		c.Aggregates = set
+		c.Emit = func(r *window.Result) {
+			outs[j] = fmt.Appendf(outs[j], "%s %d %d %d ", r.Key, r.Start, r.End, r.Version)
+			outs[j] = set.AppendEncode(outs[j], r.State)
+		}
+		if ops[j], err = window.NewOperator(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ops, outs
 }
