@@ -63,7 +63,7 @@ type Operator struct {
 	blocks       []*slab // sliding: merged runs of blockLen/g slices, ordered by end
 	blockLen     int64   // ms covered by one block; 0 when windows have too few slices
 	firedThrough int64   // every window ending at or before this has fired
-	nextWork     int64   // earliest watermark at which Advance has aligned work
+	nextWork     int64   // earliest watermark at which Advance has aligned work; MinTime for sessions
 	nextSweep    int64   // when idle keys are next looked for
 
 	// sessions
@@ -161,6 +161,7 @@ func NewOperator(cfg Config) (*Operator, error) {
 	}
 	if o.kind == Session {
 		o.idleKeep = cfg.Assigner.Gap
+		o.nextWork = MinTime // every Advance goes to advanceSessions
 	} else {
 		o.sl = newSlicing(cfg.Assigner)
 		o.idleKeep = cfg.Assigner.Size
@@ -188,16 +189,22 @@ func (o *Operator) Advance(wm int64) {
 	if wm <= o.wm {
 		return
 	}
+	if wm < o.nextWork { // never for sessions: theirs is MinTime
+		o.wm, o.firedThrough = wm, wm // no window with data ends in between
+		return
+	}
+	o.advance(wm)
+}
+
+// advance is Advance when there may be work: apart so that Advance, called
+// for every record, inlines.
+func (o *Operator) advance(wm int64) {
 	o.wm = wm
 	if o.kind == Session {
 		o.advanceSessions()
 		return
 	}
-	if wm >= o.nextWork {
-		o.advanceAligned()
-	} else {
-		o.firedThrough = wm // no window with data ends in between
-	}
+	o.advanceAligned()
 }
 
 // Add adds one event of key. hash must be a well-mixed 64-bit hash of key
