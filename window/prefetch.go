@@ -98,8 +98,13 @@ func (o *Operator) Prefetch(hashes []uint64, times []int64) {
 		if c := k >> chunkBits; c < len(sb.chunks) && sb.chunks[c] != nil {
 			ch := sb.chunks[c]
 			if j := k & chunkMask; ch.bits[j>>6]&(1<<(j&63)) != 0 {
-				addrs[na], addrs[na+1] = ch.states.Lines(int(ch.slot[j]))
-				na += 2
+				first, last := ch.states.Lines(int(ch.slot[j]))
+				addrs[na] = first
+				na++
+				if last>>6 != first>>6 { // a partial across two lines
+					addrs[na] = last
+					na++
+				}
 			}
 		}
 	}
