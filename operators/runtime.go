@@ -444,8 +444,7 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		for i := range b.n {
 			if i%window.PrefetchStep == 0 {
-				j := min(i+window.PrefetchAhead, b.n)
-				w.op.Prefetch(b.hashes[i:j], b.times[i:j])
+				w.op.Prefetch(b.hashes[i:b.n], b.times[i:b.n])
 			}
 			w.op.Advance(b.wms[i])
 			w.in1 = aggregate.Input{Time: b.times[i], Nums: b.numsOf(i), Hashes: b.hashesOf(i)}

@@ -24,8 +24,8 @@ const prefetchMinKeys = 1 << 14
 // inline key names and current partials. It never affects results.
 //
 // Call it every PrefetchStep records with the hashes and event times of
-// the next up to PrefetchAhead records (from the one to be added next),
-// then Add PrefetchStep of them as usual. It is a software pipeline in
+// the records from the one to be added next (it looks at PrefetchAhead of
+// them at most), then Add PrefetchStep of them as usual. It is a software pipeline in
 // groups of PrefetchStep records, one level of memory per group:
 //
 //   - the first group is being added: its lines were requested by the call

@@ -200,6 +200,7 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 				for _, c := range s.counts {
 					if c.in == a.in {
 						a.n = c.slot
+						break
 					}
 				}
 			}
