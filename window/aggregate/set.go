@@ -100,17 +100,32 @@ func valueSlots(f Func) int {
 // nSlot is a shared n and the input it counts.
 type nSlot struct{ in, slot int32 }
 
+// field is what Add does with one input's value for its simple aggregates
+// (count(x), sum, avg, min, max): count it in their shared n, add it to one
+// sum, compare it with one min and one max. Doing them together costs Add
+// half of a loop over the aggregates with a switch for each (callgrind:
+// count/avg/max of one field went from 132 to 67 instructions per record).
+// A second aggregate of one kind on one input (sum and avg of one field)
+// is left to the loop over scalars.
+type field struct {
+	in, n         int32
+	sum, min, max int32 // value slots; -1 for none
+}
+
 // Set is the compiled list of aggregates of one pipeline. It is immutable
 // and safe for concurrent use; the States it creates are not.
 type Set struct {
 	specs []Spec
 	aggs  []agg // one per spec, in spec order
 	adds  []agg // the aggs Merge has work for: all but count()
-	// Add's two loops: the scalar one calls nothing, so the compiler keeps
-	// its state in registers; the sketch calls go in their own loop.
-	scalars  []agg
+	// Add's loops: fields, then (only when more is set) the other scalars,
+	// which call nothing, so the compiler keeps their state in registers,
+	// and the sketches, whose calls go in their own loop.
+	fields   []field // the simple aggregates by input
+	scalars  []agg   // the scalar aggregates fields does not cover
 	sketches []agg
-	counts   []nSlot   // the shared n slots, counted once per record by Add and Merge
+	more     bool      // scalars or sketches is not empty
+	counts   []nSlot   // the shared n slots, counted once per record by Merge
 	zero     []float64 // an empty State's vals
 	json     [][]byte  // `"name":` per spec, escaped once here
 
@@ -247,16 +262,52 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 			s.sketches = append(s.sketches, a)
 		default:
 			s.adds = append(s.adds, a)
-			s.scalars = append(s.scalars, a)
+			if !s.addToField(a) {
+				s.scalars = append(s.scalars, a)
+			}
 		}
 		name, _ := json.Marshal(sp.Name) // a string always marshals; invalid UTF-8 becomes U+FFFD
 		s.json[i] = append(name, ':')
 	}
+	s.more = len(s.scalars)+len(s.sketches) > 0
 	s.scratch.New = func() any {
 		b := make([]float64, len(s.zero))
 		return &b
 	}
 	return s, nil
+}
+
+// addToField gives a to the field of its input and reports whether it took
+// it: a must be a simple aggregate on an input, and the field must not have
+// one of its kind already.
+func (s *Set) addToField(a agg) bool {
+	if !sharesN(a.fn) || a.in < 0 {
+		return false
+	}
+	i := 0
+	for i < len(s.fields) && s.fields[i].in != a.in {
+		i++
+	}
+	if i == len(s.fields) {
+		s.fields = append(s.fields, field{in: a.in, n: a.n, sum: -1, min: -1, max: -1})
+	}
+	f := &s.fields[i]
+	var slot *int32
+	switch a.fn {
+	case Count:
+		return true // n is its value
+	case Sum, Avg:
+		slot = &f.sum
+	case Min:
+		slot = &f.min
+	case Max:
+		slot = &f.max
+	}
+	if *slot >= 0 {
+		return false
+	}
+	*slot = a.v
+	return true
 }
 
 // Len returns the number of aggregates.

@@ -126,14 +126,54 @@ type Input struct {
 // Add does not allocate for the scalar aggregates (count through last).
 // Distinct and Quantile allocate now and then, when a sketch grows.
 func (s *Set) Add(st *State, in *Input) {
-	v := st.vals
+	s.addVals(st.vals, in.Nums)
+	if s.more {
+		s.addMore(st, in)
+	}
+}
+
+// AddAt adds one record to partial i of ss: Add(&ss.At(i), in) without
+// making the State.
+func (s *Set) AddAt(ss *States, i int, in *Input) {
+	if s.more {
+		st := ss.At(i)
+		s.Add(&st, in)
+		return
+	}
+	s.addVals(ss.vals[i*ss.stride:], in.Nums) // slots past the partial's are never indexed
+}
+
+// addVals counts the record and adds it to the fields: all of Add for most
+// Sets. It calls nothing, so it needs no stack frame, and Add and AddAt,
+// small around it, inline into their callers.
+func (s *Set) addVals(v, nums []float64) {
 	v[0] = math.Float64frombits(math.Float64bits(v[0]) + 1) // the record count
-	nums := in.Nums
-	for _, c := range s.counts {
-		if x := nums[c.in]; x == x { // NaN: null
-			v[c.slot]++
+	for i := range s.fields {
+		f := &s.fields[i]
+		x := nums[f.in]
+		if x != x { // NaN: null
+			continue
+		}
+		v[f.n]++
+		if f.sum >= 0 {
+			v[f.sum] += x
+		}
+		// x+0 turns -0 into +0: otherwise min(-0, +0) would depend on the
+		// order the two arrive in, and Merge would not commute.
+		x += 0
+		if f.min >= 0 && x < v[f.min] {
+			v[f.min] = x
+		}
+		if f.max >= 0 && x > v[f.max] {
+			v[f.max] = x
 		}
 	}
+}
+
+// addMore is Add for the aggregates fields does not cover: apart, so that
+// Add, with no calls in its loop, needs no stack frame.
+func (s *Set) addMore(st *State, in *Input) {
+	v, nums := st.vals, in.Nums
 	scalars := s.scalars
 	for i := range scalars {
 		a := &scalars[i]
@@ -146,9 +186,7 @@ func (s *Set) Add(st *State, in *Input) {
 		case Sum, Avg:
 			v[o] += x
 		case Min:
-			// x+0 turns -0 into +0: otherwise min(-0, +0) would depend on
-			// the order the two arrive in, and Merge would not commute.
-			x += 0
+			x += 0 // as in fields
 			if x < v[o] {
 				v[o] = x
 			}
