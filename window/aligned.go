@@ -52,15 +52,17 @@ func (ch *chunk) at(i int) aggregate.State { return ch.states.At(int(ch.slot[i])
 // slabState returns key idx's partial in the slab, marking it as holding
 // data.
 func (o *Operator) slabState(sb *slab, idx int32) aggregate.State {
-	c := int(idx >> chunkBits)
-	var ch *chunk
-	if c < len(sb.chunks) {
-		ch = sb.chunks[c]
-	}
+	ch, i := o.slabChunk(sb, idx)
+	return ch.at(int(i))
+}
+
+// slabChunk returns the chunk of key idx's partial in the slab and idx's
+// place in it, marking the partial as holding data.
+func (o *Operator) slabChunk(sb *slab, idx int32) (*chunk, int32) {
+	ch, i := sb.chunkOf(idx)
 	if ch == nil {
-		ch = o.newChunk(sb, c)
+		ch = o.newChunk(sb, int(idx>>chunkBits))
 	}
-	i := idx & chunkMask
 	w, b := i>>6, uint64(1)<<(i&63)
 	if ch.bits[w]&b == 0 {
 		if ch.n == ch.states.Len() {
@@ -71,11 +73,11 @@ func (o *Operator) slabState(sb *slab, idx int32) aggregate.State {
 		ch.n++
 	}
 	ch.dirty[w] |= b
-	return ch.at(int(i))
+	return ch, i
 }
 
-// newChunk gives sb its chunk c. It is slabState's slow path, apart so that
-// slabState stays small.
+// newChunk gives sb its chunk c. It is slabChunk's slow path, apart so that
+// slabChunk stays small.
 func (o *Operator) newChunk(sb *slab, c int) *chunk {
 	for len(sb.chunks) <= c {
 		sb.chunks = append(sb.chunks, nil)
@@ -83,6 +85,15 @@ func (o *Operator) newChunk(sb *slab, c int) *chunk {
 	ch := &chunk{states: o.aggs.NewStates(minChunkStates)}
 	sb.chunks[c] = ch
 	return ch
+}
+
+// chunkOf returns the chunk holding key idx and idx's place in it; ch is
+// nil when the slab has no such chunk yet.
+func (sb *slab) chunkOf(idx int32) (ch *chunk, i int32) {
+	if c := int(idx >> chunkBits); c < len(sb.chunks) {
+		ch = sb.chunks[c]
+	}
+	return ch, idx & chunkMask
 }
 
 // has returns key idx's partial in the slab; ok is false when it has no
@@ -154,12 +165,12 @@ func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
 	if sb == nil || addSat(le, o.lateness) <= o.wm {
 		return false // every window holding this slice has closed
 	}
-	st := o.slabState(sb, idx)
-	o.aggs.Add(&st, in)
+	ch, i := o.slabChunk(sb, idx)
+	o.aggs.AddAt(&ch.states, int(ch.slot[i]), in)
 	if o.blockLen > 0 {
 		if blk := o.blockOf(se); blk != nil {
-			st := o.slabState(blk, idx)
-			o.aggs.Add(&st, in) // a late record into a merged block
+			ch, i := o.slabChunk(blk, idx)
+			o.aggs.AddAt(&ch.states, int(ch.slot[i]), in) // a late record into a merged block
 		}
 	}
 	if fe > o.wm {

@@ -216,14 +216,33 @@ func (o *Operator) Add(key []byte, hash uint64, in *aggregate.Input) bool {
 	idx := o.found.take(hash)
 	if idx < 0 || !o.names.equal(idx, key) {
 		idx = o.index.find(hash, key, &o.names)
-	}
-	if idx < 0 {
-		if o.tooLate(in.Time) {
-			o.stats.Late++
-			return false // do not remember a key for a late event
+		if idx < 0 {
+			return o.addNewKey(key, hash, in)
 		}
-		idx = o.newKey(key, hash)
 	}
+	// Most records on aligned windows fall on time in the slice of the
+	// record before: that case is done here in full, without the calls and
+	// checks of the general path (addAligned), which the rest take.
+	if c := &o.last; c.sb != nil && in.Time < c.se && in.Time >= c.se-o.sl.g && c.fe > o.wm && o.blockLen == 0 {
+		ch, i := o.slabChunk(c.sb, idx)
+		o.aggs.AddAt(&ch.states, int(ch.slot[i]), in)
+		o.stats.Added++
+		return true
+	}
+	return o.add(idx, in)
+}
+
+// addNewKey is Add for a key the operator does not know.
+func (o *Operator) addNewKey(key []byte, hash uint64, in *aggregate.Input) bool {
+	if o.tooLate(in.Time) {
+		o.stats.Late++
+		return false // do not remember a key for a late event
+	}
+	return o.add(o.newKey(key, hash), in)
+}
+
+// add is Add for key idx, whatever its windows.
+func (o *Operator) add(idx int32, in *aggregate.Input) bool {
 	var ok bool
 	if o.kind == Session {
 		ok = o.addSession(idx, in)
