@@ -82,7 +82,7 @@ func (s *Set) newHLL() *hyperloglog.Sketch {
 // encode every later partial in 2^p bytes and estimate even tiny
 // cardinalities inexactly, making results depend on the State's history.
 func (s *Set) Reset(st *State) {
-	for _, a := range s.aggs {
+	for _, a := range s.sketches {
 		switch a.fn {
 		case Distinct:
 			s.resetHLL(st, a)
