@@ -16,20 +16,18 @@ type batch struct {
 	hashes  []uint64
 	keyEnd  []int
 	keys    []byte
-	nNum    int
-	nums    []float64
-	nHash   int
-	hsh     []uint64
-	wm      int64  // watermark when the batch was sent
-	barrier uint64 // checkpoint barrier after the batch's records, 0 for none
-	eof     bool   // last batch: the worker exits after it
+	nums    []float64 // the Set's NumInputs per record
+	hsh     []uint64  // the Set's HashInputs per record
+	wm      int64     // watermark when the batch was sent
+	barrier uint64    // checkpoint barrier after the batch's records, 0 for none
+	eof     bool      // last batch: the worker exits after it
 }
 
 func newBatch(size, nNum, nHash int) *batch {
 	return &batch{
 		times: make([]int64, 0, size), wms: make([]int64, 0, size), offsets: make([]int64, 0, size),
 		hashes: make([]uint64, 0, size), keyEnd: make([]int, 0, size), keys: make([]byte, 0, size*16),
-		nNum: nNum, nums: make([]float64, 0, size*nNum), nHash: nHash, hsh: make([]uint64, 0, size*nHash),
+		nums: make([]float64, 0, size*nNum), hsh: make([]uint64, 0, size*nHash),
 	}
 }
 
@@ -61,9 +59,6 @@ func (b *batch) key(i int) []byte {
 	}
 	return b.keys[start:b.keyEnd[i]]
 }
-
-func (b *batch) numsOf(i int) []float64  { return b.nums[i*b.nNum : (i+1)*b.nNum] }
-func (b *batch) hashesOf(i int) []uint64 { return b.hsh[i*b.nHash : (i+1)*b.nHash] }
 
 // outBatch carries outputs to the Sink goroutine. Entries point into one
 // append-only arena, so earlier entries stay valid while it grows.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/window"
-	"github.com/runnel-io/runnel/window/aggregate"
 )
 
 const benchSpec = `name: bench
@@ -85,35 +84,26 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 				b.Fatal(err)
 			}
 			src := newPayloads(100_000)
-			// As a worker does: a run of decoded records, then added with
-			// Prefetch looking ahead.
-			const run = 64
-			var (
-				keys   [run][]byte
-				hashes [run]uint64
-				times  [run]int64
-				temps  [run]float64
-				marks  [run]int64
-			)
+			// As a worker does: a run of decoded records in columns, then
+			// added with AddRecords.
+			const run = 512 // a full batch
+			var r window.Records
 			i := 0
-			in := aggregate.Input{Nums: make([]float64, 1)}
 			step := func() {
+				r = window.Records{Keys: r.Keys[:0], KeyEnds: r.KeyEnds[:0], Hashes: r.Hashes[:0], Times: r.Times[:0],
+					Marks: r.Marks[:0], Nums: r.Nums[:0]}
 				for j := range run {
 					if err := dec.Decode(src.at(i+j), "plant/north/temp", rec); err != nil {
 						b.Fatal(err)
 					}
-					keys[j] = append(keys[j][:0], rec.Key...)
-					hashes[j], times[j], temps[j] = rec.Hash, rec.Time, rec.Nums[0]
-					marks[j] = wms.Observe(0, rec.Time)
+					r.Keys = append(r.Keys, rec.Key...)
+					r.KeyEnds = append(r.KeyEnds, len(r.Keys))
+					r.Hashes = append(r.Hashes, rec.Hash)
+					r.Times = append(r.Times, rec.Time)
+					r.Marks = append(r.Marks, wms.Observe(0, rec.Time))
+					r.Nums = append(r.Nums, rec.Nums...)
 				}
-				for j := range run {
-					if j%window.PrefetchStep == 0 {
-						op.Prefetch(hashes[j:], times[j:])
-					}
-					op.Advance(marks[j])
-					in.Time, in.Nums[0] = times[j], temps[j]
-					op.Add(keys[j], hashes[j], &in)
-				}
+				op.AddRecords(&r, func(int, int64) {})
 				i += run
 			}
 			for range 100_000 * 8 / run { // fill a window first

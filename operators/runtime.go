@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/runnel-io/runnel/window"
-	"github.com/runnel-io/runnel/window/aggregate"
 )
 
 // Options tune a Runtime; the zero value means defaults.
@@ -407,7 +406,9 @@ type worker struct {
 	ob    *outBatch
 	ctx   context.Context
 	err   error
-	in1   aggregate.Input
+	cur   *batch         // the batch being added
+	recs  window.Records // cur's columns, as the operator takes them
+	lateR func(i int, wm int64)
 }
 
 func newWorker(r *Runtime, idx int) *worker {
@@ -418,6 +419,8 @@ func newWorker(r *Runtime, idx int) *worker {
 		free: make(chan *batch, r.opts.Depth+2),
 	}
 	for range cap(w.free) {
+		// Compile numbers the inputs densely, so these are the Set's
+		// NumInputs and HashInputs, the strides AddRecords takes.
 		w.free <- newBatch(r.opts.BatchSize, len(r.p.numInputs), len(r.p.hashInput))
 	}
 	op, err := window.NewOperator(window.Config{
@@ -430,6 +433,7 @@ func newWorker(r *Runtime, idx int) *worker {
 		panic(err) // Compile validated the assigner
 	}
 	w.op = op
+	w.lateR = w.lateRecord
 	return w
 }
 
@@ -442,16 +446,11 @@ func (w *worker) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		for i := range b.n {
-			if i%window.PrefetchStep == 0 {
-				w.op.Prefetch(b.hashes[i:b.n], b.times[i:b.n])
-			}
-			w.op.Advance(b.wms[i])
-			w.in1 = aggregate.Input{Time: b.times[i], Nums: b.numsOf(i), Hashes: b.hashesOf(i)}
-			if !w.op.Add(b.key(i), b.hashes[i], &w.in1) {
-				w.late(b.key(i), b.times[i], w.op.Watermark(), b.offsets[i])
-			}
-		}
+		w.cur = b
+		w.recs = window.Records{Keys: b.keys, KeyEnds: b.keyEnd, Hashes: b.hashes, Times: b.times, Marks: b.wms,
+			Nums: b.nums, InputHashes: b.hsh}
+		w.op.AddRecords(&w.recs, w.lateR)
+		w.cur = nil
 		w.op.Advance(b.wm)
 		if w.err == nil && w.ob != nil {
 			w.sendOut()
@@ -506,12 +505,15 @@ func (w *worker) emit(res *window.Result) {
 	}
 }
 
-func (w *worker) late(key []byte, t, wm, offset int64) {
+// lateRecord sends record i of the batch being added, too late at
+// watermark wm, to the late output.
+func (w *worker) lateRecord(i int, wm int64) {
+	b := w.cur
 	ob := w.outBatch()
 	if ob == nil {
 		return
 	}
-	ob.addLate(key, t, wm, offset, w.epoch)
+	ob.addLate(b.key(i), b.times[i], wm, b.offsets[i], w.epoch)
 	if ob.full() {
 		w.sendOut()
 	}

@@ -18,16 +18,22 @@ import (
 // so the timed loop reads memory sequentially like a worker does (whose
 // batch buffers, recycled, are smaller still).
 type benchStream struct {
-	keyEnd []int
-	keys   []byte
-	hashes []uint64
-	times  []int64
-	temps  []float64
-	span   int64 // event time covered by one pass over the columns
+	keys    []byte
+	relEnd  []int // where each key ends, counted from the start of its batch's first key
+	batchAt []int // where each batch's first key starts
+	hashes  []uint64
+	times   []int64
+	temps   []float64
+	span    int64 // event time covered by one pass over the columns
 
-	pass    int     // the pass whose event times passOut holds
-	passOut []int64 // times shifted to pass, computed once per pass
+	pass      int     // the pass whose event times passTimes holds
+	passTimes []int64 // times shifted to pass, computed once per pass
+	passMarks []int64 // their watermarks: each time minus the out-of-orderness
 }
+
+// benchLag is the watermark's lag behind each record's event time: 5 s of
+// out-of-orderness minus the 2 s of jitter already in the times.
+const benchLag = 3000
 
 func newBenchStream(nkeys int, period int64) *benchStream {
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -38,8 +44,11 @@ func newBenchStream(nkeys int, period int64) *benchStream {
 	}
 	s := &benchStream{span: period}
 	for k, id := range ids {
+		if k%batchRecords == 0 {
+			s.batchAt = append(s.batchAt, len(s.keys))
+		}
 		s.keys = fmt.Appendf(s.keys, "sensor-%06d", id)
-		s.keyEnd = append(s.keyEnd, len(s.keys))
+		s.relEnd = append(s.relEnd, len(s.keys)-s.batchAt[k/batchRecords])
 		s.hashes = append(s.hashes, xxhash.Sum64(s.keys[len(s.keys)-13:]))
 		s.times = append(s.times, int64(k)*period/int64(nkeys)-jitter[k])
 		s.temps = append(s.temps, float64(k%400)/10)
@@ -47,80 +56,54 @@ func newBenchStream(nkeys int, period int64) *benchStream {
 	return s
 }
 
-// batch is a run of consecutive records in columns, as a worker receives
-// them: key i is keys[ends[i-1]:ends[i]] (the first starts at start). The
-// first n are added; the columns go on for PrefetchAhead more, when the
-// pass has them, so that Prefetch can look ahead of the last ones.
-type batch struct {
-	keys   []byte
-	start  int
-	ends   []int
-	hashes []uint64
-	times  []int64
-	temps  []float64
-	n      int
-}
-
-// batch sets b to the records from i on, stopping at the end of a pass over
-// the columns (the column of event times is i's pass's).
-func (s *benchStream) batch(i int, b *batch) {
+// batch sets r to the batch of records from i on (i a multiple of
+// batchRecords), stopping at the end of a pass over the columns (the event
+// times and watermarks are i's pass's).
+func (s *benchStream) batch(i int, r *window.Records) {
 	n := len(s.times)
 	j, pass := i%n, i/n
-	if s.passOut == nil || pass != s.pass {
+	if s.passTimes == nil || pass != s.pass {
 		s.pass = pass
-		s.passOut = s.passOut[:0]
-		for _, t := range s.times {
-			s.passOut = append(s.passOut, t+int64(pass)*s.span)
+		if s.passTimes == nil {
+			s.passTimes, s.passMarks = make([]int64, n), make([]int64, n)
+		}
+		shift := int64(pass) * s.span
+		for j, t := range s.times {
+			s.passTimes[j], s.passMarks[j] = t+shift, t+shift-benchLag
 		}
 	}
-	m := min(batchRecords+window.PrefetchAhead, n-j)
-	b.keys, b.start = s.keys, 0
-	if j > 0 {
-		b.start = s.keyEnd[j-1]
-	}
-	b.ends = s.keyEnd[j : j+m]
-	b.hashes = s.hashes[j : j+m]
-	b.temps = s.temps[j : j+m]
-	b.times = s.passOut[j : j+m]
-	b.n = min(batchRecords, m)
+	m := min(batchRecords, n-j)
+	r.Keys = s.keys[s.batchAt[j/batchRecords]:]
+	r.KeyEnds = s.relEnd[j : j+m]
+	r.Hashes = s.hashes[j : j+m]
+	r.Times = s.passTimes[j : j+m]
+	r.Marks = s.passMarks[j : j+m]
+	r.Nums = s.temps[j : j+m] // one input: temp
 }
 
-// batchRecords is how many records a batch adds.
-const batchRecords = 64
+// batchRecords is how many records a batch holds: a full batch of the
+// runtime's (operators.Options.BatchSize's default).
+const batchRecords = 512
 
-// feeder adds the records of a benchStream one by one, as a worker does:
-// in batches, calling Prefetch every PrefetchStep records, the watermark
-// advanced before each record. Its state is in one struct, not in variables
-// a closure captures, so that the benchmark's own work per record stays
-// small beside the operator's, as a worker's loop is.
+// feeder adds the records of a benchStream a batch at a time, as a worker
+// does; step consumes one record, adding the next batch when the last one
+// is used up, so that b.Loop counts records.
 type feeder struct {
 	s    *benchStream
 	op   *window.Operator
-	in   aggregate.Input
-	bt   batch
-	i, k int // record i is bt's k-th
+	r    window.Records
+	i, k int // records added; of them, k not yet consumed by step
+	late func(int, int64)
 }
 
 func (f *feeder) step() {
-	bt := &f.bt
-	k := f.k
-	if k == bt.n {
-		f.s.batch(f.i, bt)
-		k = 0
+	if f.k == 0 {
+		f.s.batch(f.i, &f.r)
+		f.op.AddRecords(&f.r, f.late)
+		f.k = f.r.Len()
+		f.i += f.k
 	}
-	if k%window.PrefetchStep == 0 {
-		f.op.Prefetch(bt.hashes[k:], bt.times[k:])
-	}
-	end := bt.ends[k]
-	key := bt.keys[bt.start:end]
-	bt.start = end
-	t := bt.times[k]
-	f.op.Advance(t - 5000 + 2000) // watermark: max seen - out-of-orderness (jitter is < 2 s)
-	f.in.Time = t
-	f.in.Nums[0] = bt.temps[k]
-	f.op.Add(key, bt.hashes[k], &f.in)
-	f.i++
-	f.k = k + 1
+	f.k--
 }
 
 var countAvgMax = []aggregate.Spec{
@@ -161,7 +144,7 @@ func BenchmarkOperator(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				f := &feeder{s: s, op: op, in: aggregate.Input{Nums: []float64{0}}}
+				f := &feeder{s: s, op: op, late: func(int, int64) {}}
 				// The warm-up runs like the timed loop, so a CPU profile of
 				// the benchmark shows the timed loop's costs.
 				warm := len(s.times) * int(62*60_000/s.span) // a little over an hour of event time

@@ -50,6 +50,19 @@ func (x *keyIndex) find(h uint64, key []byte, names *keyNames) int32 {
 	}
 }
 
+// walk returns the index of the first entry whose mix is h's, or -1: find
+// without the key's bytes, so its answer must be confirmed against them.
+func (x *keyIndex) walk(h uint64) int32 {
+	m := mix(h)
+	mask := uint64(len(x.slots) - 1)
+	for i := x.home(m); ; i = (i + 1) & mask {
+		s := x.slots[i]
+		if s.idx == 0 || s.mix == m {
+			return s.idx - 1
+		}
+	}
+}
+
 func (x *keyIndex) insert(h uint64, idx int32) {
 	if (x.n+1)*4 > len(x.slots)*3 {
 		x.grow() // at most 3/4 full: 10^5 keys take 1 MiB of slots, not 2

@@ -70,8 +70,6 @@ type Operator struct {
 	timers timers
 	free   []*aggregate.State
 
-	found found // keys Prefetch found, for the Adds that follow
-
 	// fired[idx] is the versions of key idx's aligned windows still within
 	// lateness, ordered by end; keys past its length have none. Apart from
 	// keyState and grown only when a key needs it: with no allowed
@@ -213,7 +211,11 @@ func (o *Operator) advance(wm int64) {
 // the late output. Add must follow the Advance to the watermark that
 // includes this event.
 func (o *Operator) Add(key []byte, hash uint64, in *aggregate.Input) bool {
-	idx := o.found.take(hash)
+	return o.addHint(key, hash, -1, in)
+}
+
+// addHint is Add given a hint of key's index (-1 for none), to be confirmed.
+func (o *Operator) addHint(key []byte, hash uint64, idx int32, in *aggregate.Input) bool {
 	if idx < 0 || !o.names.equal(idx, key) {
 		idx = o.index.find(hash, key, &o.names)
 		if idx < 0 {
@@ -317,7 +319,7 @@ func (o *Operator) forget(idx int32) {
 		o.fired[idx] = o.fired[idx][:0]
 	}
 	k.live = false
-	o.names.clear(idx) // so that no key found by Prefetch before matches it
+	o.names.clear(idx) // so that no key AddRecords found before matches it
 	o.index.remove(k.hash, idx)
 	o.freeK = append(o.freeK, idx)
 	o.live--
