@@ -226,7 +226,12 @@ func (o *Operator) addHint(key []byte, hash uint64, idx int32, in *aggregate.Inp
 	// record before: that case is done here in full, without the calls and
 	// checks of the general path (addAligned), which the rest take.
 	if c := &o.last; c.sb != nil && in.Time < c.se && in.Time >= c.se-o.sl.g && c.fe > o.wm && o.blockLen == 0 {
-		ch, i := o.slabChunk(c.sb, idx)
+		ch, i := c.sb.chunkOf(idx)
+		if w, b := i>>6, uint64(1)<<(i&63); ch == nil || ch.bits[w]&b == 0 {
+			ch, i = o.slabChunk(c.sb, idx) // the key's first record in the slice
+		} else {
+			ch.dirty[w] |= b
+		}
 		o.aggs.AddAt(&ch.states, int(ch.slot[i]), in)
 		o.stats.Added++
 		return true

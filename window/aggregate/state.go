@@ -126,30 +126,21 @@ type Input struct {
 // Add does not allocate for the scalar aggregates (count through last).
 // Distinct and Quantile allocate now and then, when a sketch grows.
 func (s *Set) Add(st *State, in *Input) {
-	s.addVals(st.vals, in.Nums)
-	if s.more {
-		s.addMore(st, in)
-	}
+	sk := [1]*sketches{st.sk}
+	s.AddAt(&States{vals: st.vals, sk: sk[:], stride: len(st.vals)}, 0, in)
 }
 
 // AddAt adds one record to partial i of ss: Add(&ss.At(i), in) without
-// making the State.
+// making the State. For most Sets it is one loop over their fields and
+// calls nothing, which matters to the window operator's per-record path:
+// Go keeps no registers across calls.
 func (s *Set) AddAt(ss *States, i int, in *Input) {
-	if s.more {
-		st := ss.At(i)
-		s.Add(&st, in)
-		return
-	}
-	s.addVals(ss.vals[i*ss.stride:], in.Nums) // slots past the partial's are never indexed
-}
-
-// addVals counts the record and adds it to the fields: all of Add for most
-// Sets. It calls nothing, so it needs no stack frame, and Add and AddAt,
-// small around it, inline into their callers.
-func (s *Set) addVals(v, nums []float64) {
+	// The slots past the partial's are never indexed: no upper bound.
+	v := ss.vals[i*ss.stride:]
 	v[0] = math.Float64frombits(math.Float64bits(v[0]) + 1) // the record count
-	for i := range s.fields {
-		f := &s.fields[i]
+	nums := in.Nums
+	for j := range s.fields {
+		f := &s.fields[j]
 		x := nums[f.in]
 		if x != x { // NaN: null
 			continue
@@ -167,6 +158,10 @@ func (s *Set) addVals(v, nums []float64) {
 		if f.max >= 0 && x > v[f.max] {
 			v[f.max] = x
 		}
+	}
+	if s.more {
+		st := ss.At(i)
+		s.addMore(&st, in)
 	}
 }
 
