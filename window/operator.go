@@ -209,34 +209,14 @@ func (o *Operator) advance(wm int64) {
 // (the runtime's xxhash), equal for equal keys. Add reports false when the
 // event was too late for every window it belongs to; the caller sends it to
 // the late output. Add must follow the Advance to the watermark that
-// includes this event.
+// includes this event. It is AddRecords of one record, without advancing.
 func (o *Operator) Add(key []byte, hash uint64, in *aggregate.Input) bool {
-	return o.addHint(key, hash, -1, in)
-}
-
-// addHint is Add given a hint of key's index (-1 for none), to be confirmed.
-func (o *Operator) addHint(key []byte, hash uint64, idx int32, in *aggregate.Input) bool {
-	if idx < 0 || !o.names.equal(idx, key) {
-		idx = o.index.find(hash, key, &o.names)
-		if idx < 0 {
-			return o.addNewKey(key, hash, in)
-		}
-	}
-	// Most records on aligned windows fall on time in the slice of the
-	// record before: that case is done here in full, without the calls and
-	// checks of the general path (addAligned), which the rest take.
-	if c := &o.last; c.sb != nil && in.Time < c.se && in.Time >= c.se-o.sl.g && c.fe > o.wm && o.blockLen == 0 {
-		ch, i := c.sb.chunkOf(idx)
-		if w, b := i>>6, uint64(1)<<(i&63); ch == nil || ch.bits[w]&b == 0 {
-			ch, i = o.slabChunk(c.sb, idx) // the key's first record in the slice
-		} else {
-			ch.dirty[w] |= b
-		}
-		o.aggs.AddAt(&ch.states, int(ch.slot[i]), in)
-		o.stats.Added++
-		return true
-	}
-	return o.add(idx, in)
+	ends, hashes, times, marks := [1]int{len(key)}, [1]uint64{hash}, [1]int64{in.Time}, [1]int64{o.wm}
+	r := Records{Keys: key, KeyEnds: ends[:], Hashes: hashes[:], Times: times[:], Marks: marks[:],
+		Nums: in.Nums[:o.aggs.NumInputs()], InputHashes: in.Hashes[:o.aggs.HashInputs()]}
+	ok := true
+	o.AddRecords(&r, func(int, int64) { ok = false })
+	return ok
 }
 
 // addNewKey is Add for a key the operator does not know.

@@ -53,7 +53,7 @@ const pipelineMinKeys = 1 << 14
 // mostly not in cache when read; 8 records' all were). The first two groups
 // of a run get no or half a head start.
 //
-// The key indexes found by the walk are hints: the Add confirms each
+// The key indexes found by the walk are hints: the add confirms each
 // against the key's name, and looks the key up as usual when it differs (a
 // key forgotten since the walk has its name cleared) or when the walk found
 // none (a key that a record before it created).
@@ -61,7 +61,9 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 	n := r.Len()
 	nn, nh := o.aggs.NumInputs(), o.aggs.HashInputs()
 	ahead := len(o.keys) >= pipelineMinKeys
-	var hints [2][PipelineGroup]int32 // a group's key indexes, found a group before it is added; -1: none
+	// hints[g&1] is group g's key indexes, found while group g-1 was
+	// added; -1: none.
+	var hints [2][PipelineGroup]int32
 	for i := range hints {
 		for j := range hints[i] {
 			hints[i][j] = -1
@@ -92,7 +94,30 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 			if nh > 0 {
 				in.Hashes = r.InputHashes[i*nh : i*nh+nh]
 			}
-			if !o.addHint(key, hashes[i], cur[i-g], &in) {
+			idx := cur[i-g]
+			if idx < 0 || !o.names.equal(idx, key) {
+				if idx = o.index.find(hashes[i], key, &o.names); idx < 0 {
+					if !o.addNewKey(key, hashes[i], &in) {
+						late(i, o.wm)
+					}
+					continue
+				}
+			}
+			// Most records on aligned windows fall on time in the slice of
+			// the record before: that case is done here in full, without
+			// the calls and checks of the general path (addAligned).
+			if c := &o.last; c.sb != nil && in.Time < c.se && in.Time >= c.se-o.sl.g && c.fe > o.wm && o.blockLen == 0 {
+				ch, j := c.sb.chunkOf(idx)
+				if w, b := j>>6, uint64(1)<<(j&63); ch == nil || ch.bits[w]&b == 0 {
+					ch, j = o.slabChunk(c.sb, idx) // the key's first record in the slice
+				} else {
+					ch.dirty[w] |= b
+				}
+				o.aggs.AddAt(&ch.states, int(ch.slot[j]), &in)
+				o.stats.Added++
+				continue
+			}
+			if !o.add(idx, &in) {
 				late(i, o.wm)
 			}
 		}
@@ -111,15 +136,15 @@ func (o *Operator) requestSlots(hashes []uint64) {
 
 // lookAhead walks the index slots of the group of r from record g on,
 // writes the keys it finds (-1: none) to hints, and requests their names
-// and current partials.
+// and, for records in the slice of the last record added (most are; a key's
+// first record in a new slice has no partial yet), their partials.
 func (o *Operator) lookAhead(r *Records, g int, hints *[PipelineGroup]int32) {
 	hashes := r.Hashes[min(g, len(r.Hashes)):min(g+PipelineGroup, len(r.Hashes))]
 	times := r.Times[min(g, len(r.Times)):]
 	var addrs [3 * PipelineGroup]uintptr // names, partials (two lines each)
 	na := 0
-	var sb *slab
-	lo, hi := MaxTime, MinTime // the slice [lo, hi) whose slab is sb
-	aligned := o.kind != Session && len(o.slabs) > 0
+	sb, hi := o.last.sb, o.last.se // sb is nil for sessions
+	lo := hi - o.sl.g
 	for i, h := range hashes {
 		k := o.index.walk(h)
 		hints[i] = k
@@ -128,23 +153,7 @@ func (o *Operator) lookAhead(r *Records, g int, hints *[PipelineGroup]int32) {
 		}
 		addrs[na] = uintptr(unsafe.Pointer(&o.names.short[k]))
 		na++
-		if !aligned {
-			continue
-		}
-		// Consecutive records mostly fall in one slice: its slab is looked
-		// up when the slice changes, not per record.
-		if t := times[i]; t < lo || t >= hi {
-			hi = o.sl.sliceEnd(t)
-			lo = hi - o.sl.g
-			sb = nil
-			for j := len(o.slabs) - 1; j >= 0 && o.slabs[j].end >= hi; j-- {
-				if o.slabs[j].end == hi {
-					sb = o.slabs[j]
-					break
-				}
-			}
-		}
-		if sb == nil {
+		if t := times[i]; sb == nil || t < lo || t >= hi {
 			continue
 		}
 		if ch, j := sb.chunkOf(k); ch != nil && ch.bits[j>>6]&(1<<(j&63)) != 0 {

@@ -14,8 +14,8 @@ import (
 
 // TestAddRecordsChangesNothing runs the benchmark's stream, with enough
 // keys for AddRecords to look ahead, through two operators, one of them
-// given each record with Advance and Add, the other whole batches with
-// AddRecords, and requires the same results and late records.
+// given each record with Advance and Add (a batch of one), the other whole
+// batches with AddRecords, and requires the same results and late records.
 func TestAddRecordsChangesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives 10^6 records through two operators")
