@@ -105,8 +105,11 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 			}
 			// Most records on aligned windows fall on time in the slice of
 			// the record before: that case is done here in full, without
-			// the calls and checks of the general path (addAligned).
-			if c := &o.last; c.sb != nil && in.Time < c.se && in.Time >= c.se-o.sl.g && c.fe > o.wm && o.blockLen == 0 {
+			// the calls and checks of the general path (addAligned). A
+			// sliding window's merged block never holds an on-time slice
+			// (blocks are merged for windows that fired), so blocks need no
+			// look.
+			if c := &o.last; c.sb != nil && in.Time < c.se && in.Time >= c.se-o.sl.g && c.fe > o.wm {
 				ch, j := c.sb.chunkOf(idx)
 				if w, b := j>>6, uint64(1)<<(j&63); ch == nil || ch.bits[w]&b == 0 {
 					ch, j = o.slabChunk(c.sb, idx) // the key's first record in the slice
