@@ -304,14 +304,16 @@ func (o *Operator) fireWindow(e int64, first int) {
 					continue
 				}
 				ch := sb.chunks[c]
+				rows := o.rows[:0]
 				for w, x := range ch.bits {
 					for x != 0 {
 						i := w<<6 | bits.TrailingZeros64(x)
 						x &= x - 1
-						dst, src := acc.At(i), ch.at(i)
-						o.aggs.Merge(&dst, &src)
+						rows = append(rows, aggregate.Row{Dst: int32(i), Src: int32(ch.slot[i])})
 					}
 				}
+				o.aggs.MergeRows(acc, &ch.states, rows)
+				o.rows = rows
 			}
 		}
 		for w, x := range union {
@@ -533,8 +535,8 @@ func (o *Operator) mergeBlock(first, end int64, slabs []*slab) *slab {
 				for x != 0 {
 					i := w<<6 | bits.TrailingZeros64(x)
 					x &= x - 1
-					dst, src := o.slabState(blk, int32(c<<chunkBits|i)), ch.at(i)
-					o.aggs.Merge(&dst, &src)
+					dc, di := o.slabChunk(blk, int32(c<<chunkBits|i))
+					o.aggs.MergeAt(&dc.states, int(dc.slot[di]), &ch.states, int(ch.slot[i]))
 				}
 			}
 		}

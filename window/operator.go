@@ -79,6 +79,7 @@ type Operator struct {
 
 	scratch *aggregate.State
 	acc     aggregate.States // a chunk of accumulators for firing sliding windows
+	rows    []aggregate.Row  // scratch: the merges of one chunk into acc
 	view    aggregate.State  // the partial being emitted, when it lives in a slab
 	cover   []*slab          // scratch for blockCover
 	res     Result

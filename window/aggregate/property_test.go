@@ -61,8 +61,7 @@ func addProp(s *Set, st *State, recs ...propRec) {
 
 // propSet draws a Set from a pool with every function, some of them twice
 // on one input (as sum and avg of one field, whose second sum Add keeps
-// apart from the field's), in a drawn order; quantile q is drawn too. Sets
-// of simple aggregates only take Add's path without the loop over scalars.
+// apart from the field's), in a drawn order; quantile q is drawn too.
 func propSet(t *rapid.T) *Set {
 	pool := []Spec{
 		{Name: "n", Func: Count, Input: -1},
@@ -84,8 +83,14 @@ func propSet(t *rapid.T) *Set {
 		{Name: "p50", Func: Quantile, Input: 1, Param: 0.5},
 		{Name: "pq", Func: Quantile, Input: 1, Param: rapid.Float64Range(0, 1).Draw(t, "q")},
 	}
+	// Half the Sets have only simple aggregates (count, sum, avg, min,
+	// max), the fields, whose Sets take the paths without the other loops.
+	simple := rapid.Bool().Draw(t, "simple only")
 	var specs []Spec
 	for _, sp := range rapid.Permutation(pool).Draw(t, "order") {
+		if simple && !sharesN(sp.Func) {
+			continue
+		}
 		if rapid.Bool().Draw(t, "take "+sp.Name) {
 			specs = append(specs, sp)
 		}
@@ -117,7 +122,7 @@ func (o oracle) vals(slot int) []float64 {
 
 // TestMergeProperty splits a random stream across k States, merges them in a
 // random order and tree shape (by Merge, by MergeEncoded, by Decode then
-// Merge), and compares with the stream added to one State and with a brute
+// Merge, by MergeRows on States), and compares with the stream added to one State and with a brute
 // force oracle.
 func TestMergeProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -144,9 +149,16 @@ func TestMergeProperty(t *testing.T) {
 			}
 			dst, src := parts[i], parts[j]
 			before := s.AppendEncode(nil, src)
-			switch rapid.IntRange(0, 2).Draw(t, "how") {
+			switch rapid.IntRange(0, 3).Draw(t, "how") {
 			case 0:
 				s.Merge(dst, src)
+			case 3: // by MergeRows between partials of States, as the window operator merges slices
+				ds, ss := s.NewStates(2), s.NewStates(3)
+				d, sr := ds.At(1), ss.At(2)
+				s.CopyTo(&d, dst)
+				s.CopyTo(&sr, src)
+				s.MergeRows(&ds, &ss, []Row{{Dst: 1, Src: 2}})
+				s.CopyTo(dst, &d)
 			case 1:
 				if err := s.MergeEncoded(dst, before); err != nil {
 					t.Fatalf("MergeEncoded: %v", err)

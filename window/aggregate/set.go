@@ -97,9 +97,6 @@ func valueSlots(f Func) int {
 	return 0 // count(x): n itself; distinct, quantile: the sketch lives beside vals
 }
 
-// nSlot is a shared n and the input it counts.
-type nSlot struct{ in, slot int32 }
-
 // field is what Add does with one input's value for its simple aggregates
 // (count(x), sum, avg, min, max): count it in their shared n, add it to one
 // sum, compare it with one min and one max. Doing them together costs Add
@@ -118,14 +115,13 @@ type Set struct {
 	specs []Spec
 	aggs  []agg // one per spec, in spec order
 	adds  []agg // the aggs Merge has work for: all but count()
-	// Add's loops: fields, then (only when more is set) the other scalars,
-	// which call nothing, so the compiler keeps their state in registers,
-	// and the sketches, whose calls go in their own loop.
+	// Add's and Merge's loops: fields, then (only when more is set) the
+	// other scalars, which call nothing, so the compiler keeps their state
+	// in registers, and the sketches, whose calls go in their own loop.
 	fields   []field // the simple aggregates by input
 	scalars  []agg   // the scalar aggregates fields does not cover
 	sketches []agg
 	more     bool      // scalars or sketches is not empty
-	counts   []nSlot   // the shared n slots, counted once per record by Merge
 	zero     []float64 // an empty State's vals
 	json     [][]byte  // `"name":` per spec, escaped once here
 
@@ -212,9 +208,9 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 		if sp.Func != Count || sp.Input >= 0 { // count() reads the record count, State.vals[0]
 			a.n = -1
 			if sharesN(sp.Func) {
-				for _, c := range s.counts {
-					if c.in == a.in {
-						a.n = c.slot
+				for _, f := range s.fields {
+					if f.in == a.in {
+						a.n = f.n
 						break
 					}
 				}
@@ -222,9 +218,6 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 			if a.n < 0 {
 				a.n, a.first = int32(len(s.zero)), true
 				s.zero = append(s.zero, 0)
-				if sharesN(sp.Func) {
-					s.counts = append(s.counts, nSlot{in: a.in, slot: a.n})
-				}
 			}
 			a.v = int32(len(s.zero))
 			for range valueSlots(sp.Func) {

@@ -255,19 +255,55 @@ func (s *Set) Merge(dst, src *State) {
 	}
 }
 
-// mergeVals merges the record count and the scalar slots sv into dv.
-func (s *Set) mergeVals(dv, sv []float64) {
-	dv[0] = math.Float64frombits(math.Float64bits(dv[0]) + math.Float64bits(sv[0])) // the record count
-	for _, c := range s.counts {
-		dv[c.slot] += sv[c.slot]
+// MergeAt merges partial j of src into partial i of dst: Merge of their
+// States without making them.
+func (s *Set) MergeAt(dst *States, i int, src *States, j int) {
+	if s.nHLL > 0 || s.nQuant > 0 {
+		d, sr := dst.At(i), src.At(j)
+		s.Merge(&d, &sr)
+		return
 	}
-	aggs := s.adds
+	// The slots past the partials' are never indexed: no upper bounds.
+	s.mergeVals(dst.vals[i*dst.stride:], src.vals[j*src.stride:])
+}
+
+// Row names a partial of one States to merge into a partial of another.
+type Row struct{ Dst, Src int32 }
+
+// MergeRows merges, for each row, partial Src of src into partial Dst of
+// dst: MergeAt of each, in one call. For most Sets it is a loop that calls
+// nothing; the window operator merges the slices of a sliding window so,
+// a chunk of keys at a time.
+func (s *Set) MergeRows(dst, src *States, rows []Row) {
+	if s.more {
+		for _, r := range rows {
+			s.MergeAt(dst, int(r.Dst), src, int(r.Src))
+		}
+		return
+	}
+	dw, sw := dst.stride, src.stride
+	for _, r := range rows {
+		// The slots past the partials' are never indexed: no upper bounds.
+		s.mergeFields(dst.vals[int(r.Dst)*dw:], src.vals[int(r.Src)*sw:])
+	}
+}
+
+// mergeVals merges the record count and the scalar slots sv into dv: the
+// fields first, as Add does, then the other aggregates.
+func (s *Set) mergeVals(dv, sv []float64) {
+	s.mergeFields(dv, sv)
+	if !s.more {
+		return
+	}
+	for i := range s.sketches {
+		n := s.sketches[i].n
+		dv[n] += sv[n]
+	}
+	aggs := s.scalars
 	for i := range aggs {
 		a := &aggs[i]
 		n, o := a.n, a.v
 		switch a.fn {
-		case Distinct, Quantile:
-			dv[n] += sv[n]
 		case Sum, Avg:
 			dv[o] += sv[o]
 		case Min:
@@ -312,6 +348,25 @@ func (s *Set) mergeVals(dv, sv []float64) {
 				dv[o] = sv[o]
 				dv[o+1] = sv[o+1]
 			}
+		}
+	}
+}
+
+// mergeFields merges the record count and the fields of sv into dv: all
+// of mergeVals for most Sets. It calls nothing, so it needs no stack frame.
+func (s *Set) mergeFields(dv, sv []float64) {
+	dv[0] = math.Float64frombits(math.Float64bits(dv[0]) + math.Float64bits(sv[0])) // the record count
+	for k := range s.fields {
+		f := &s.fields[k]
+		dv[f.n] += sv[f.n]
+		if f.sum >= 0 {
+			dv[f.sum] += sv[f.sum]
+		}
+		if f.min >= 0 && sv[f.min] < dv[f.min] {
+			dv[f.min] = sv[f.min]
+		}
+		if f.max >= 0 && sv[f.max] > dv[f.max] {
+			dv[f.max] = sv[f.max]
 		}
 	}
 }
