@@ -76,7 +76,7 @@ func (ss *States) At(i int) State {
 }
 
 // Lines returns the addresses of the first and last words of partial i,
-// the cache lines it lies on, for window.Operator.Prefetch to load ahead of
+// the cache lines it lies on, for window.Operator.AddRecords to load ahead of
 // Add.
 func (ss *States) Lines(i int) (first, last uintptr) {
 	w := ss.stride
