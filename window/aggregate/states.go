@@ -76,8 +76,8 @@ func (ss *States) At(i int) State {
 }
 
 // Lines returns the addresses of the first and last words of partial i,
-// the cache lines it lies on, for window.Operator.AddRecords to load ahead of
-// Add.
+// the cache lines it lies on, for window.Operator.AddRecords to request
+// ahead of adding to it.
 func (ss *States) Lines(i int) (first, last uintptr) {
 	w := ss.stride
 	v := ss.vals[i*w : (i+1)*w]
