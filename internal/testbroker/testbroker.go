@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/runnel-io/runnel/internal/testproc"
 )
 
 // Options configure a broker beyond the defaults. The zero value is the
@@ -266,7 +268,7 @@ func (m *Mosquitto) start() {
 		return
 	}
 	cmd := exec.Command(m.bin, "-c", m.conf)
-	dieWithParent(cmd)
+	testproc.DieWithParent(cmd)
 	// Mosquitto logs to its file; anything on stdout/stderr comes before
 	// the log file is open (config errors) and is kept for the failure.
 	var out bytes.Buffer

@@ -56,7 +56,7 @@ func (p *Proc) Start(t testing.TB) {
 	p.Logs = &Buffer{}
 	p.Cmd = exec.Command(p.Args[0], p.Args[1:]...)
 	p.Cmd.Stderr = p.Logs
-	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	DieWithParent(p.Cmd)
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", p.Name, err)
 	}
