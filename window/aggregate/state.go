@@ -165,8 +165,8 @@ func (s *Set) AddAt(ss *States, i int, in *Input) {
 	}
 }
 
-// addMore is Add for the aggregates fields does not cover: apart, so that
-// Add, with no calls in its loop, needs no stack frame.
+// addMore is AddAt for the aggregates the fields do not cover: apart, so
+// that AddAt's loop calls nothing.
 func (s *Set) addMore(st *State, in *Input) {
 	v, nums := st.vals, in.Nums
 	scalars := s.scalars
