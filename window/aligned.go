@@ -165,6 +165,10 @@ func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
 	if sb == nil || addSat(le, o.lateness) <= o.wm {
 		return false // every window holding this slice has closed
 	}
+	var had bool // the key had data in the slice before this record
+	if fe <= o.wm {
+		_, had = sb.has(idx)
+	}
 	ch, i := o.slabChunk(sb, idx)
 	o.aggs.AddAt(&ch.states, int(ch.slot[i]), in)
 	if o.blockLen > 0 {
@@ -181,7 +185,7 @@ func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {
 	// now; the ones still open fire later.
 	for e := fe; e <= le && e <= o.wm; e += o.sl.slide {
 		if addSat(e, o.lateness) > o.wm {
-			o.emitAligned(idx, e)
+			o.emitAligned(idx, e, se, had)
 		}
 	}
 	return true
@@ -320,47 +324,52 @@ func (o *Operator) fireWindow(e int64, first int) {
 			for x != 0 {
 				i := w<<6 | bits.TrailingZeros64(x)
 				x &= x - 1
+				// A window's first emission is version 1; nothing is
+				// remembered of it: a late update finds out from the data
+				// whether there was one (emitAligned).
 				idx := int32(c<<chunkBits | i)
-				var version uint32 = 1
-				if addSat(e, o.lateness) > o.wm {
-					version = o.bumpVersion(idx, e)
-				}
 				if acc != nil {
 					o.view = acc.At(i)
-					o.emitResult(idx, e-o.sl.size, e, version, &o.view)
+					o.emitResult(idx, e-o.sl.size, e, 1, &o.view)
 					o.aggs.Reset(&o.view)
 				} else {
 					o.view = cover[0].chunks[c].at(i)
-					o.emitResult(idx, e-o.sl.size, e, version, &o.view)
+					o.emitResult(idx, e-o.sl.size, e, 1, &o.view)
 				}
 			}
 		}
 	}
 }
 
-// emitAligned emits key idx's window ending at e with its next version
-// (a late update).
-func (o *Operator) emitAligned(idx int32, e int64) {
-	var version uint32 = 1
-	if addSat(e, o.lateness) > o.wm {
-		version = o.bumpVersion(idx, e)
-	}
+// emitAligned emits key idx's window ending at e, which has fired and is
+// within lateness, with its next version: a late record of the slice
+// ending at se was just added, and had tells whether the key had data in
+// that slice before it.
+//
+// Versions are remembered from the first late update on. Before it, the
+// window's data is what it was when the window fired, but for this record:
+// the key was emitted then (version 1) if it had data in the window's
+// slices, this one's before the record included, and this update is
+// version 2; otherwise it is version 1.
+func (o *Operator) emitAligned(idx int32, e, se int64, had bool) {
 	st := o.scratch
 	o.aggs.Reset(st)
 	for _, sb := range o.slabs {
 		if sb.end > e-o.sl.size && sb.end <= e {
 			if s, ok := sb.has(idx); ok {
 				o.aggs.Merge(st, &s)
+				had = had || sb.end != se
 			}
 		}
 	}
-	o.emitResult(idx, e-o.sl.size, e, version, st)
+	o.emitResult(idx, e-o.sl.size, e, o.bumpVersion(idx, e, had), st)
 }
 
 // bumpVersion returns the next version of key idx's window ending at e and
 // remembers it while the window can still change; versions past lateness
-// are dropped on the way.
-func (o *Operator) bumpVersion(idx int32, e int64) uint32 {
+// are dropped on the way. emitted tells, for a window with no version
+// remembered, whether it was emitted when it fired.
+func (o *Operator) bumpVersion(idx int32, e int64, emitted bool) uint32 {
 	o.touch(idx)
 	fired := o.firedOf(idx)
 	n := 0
@@ -379,11 +388,15 @@ func (o *Operator) bumpVersion(idx int32, e int64) uint32 {
 		fw[i].version++
 		return fw[i].version
 	}
+	var v uint32 = 1
+	if emitted {
+		v = 2
+	}
 	fw = append(fw, firedWindow{})
 	copy(fw[i+1:], fw[i:])
-	fw[i] = firedWindow{end: e, version: 1}
+	fw[i] = firedWindow{end: e, version: v}
 	*fired = fw
-	return 1
+	return v
 }
 
 // noteLastSlice records sb, a slice being dropped, as the lastSlice of its
