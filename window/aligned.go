@@ -140,7 +140,8 @@ func (o *Operator) slab(se int64) *slab {
 // kept: the divisions of the slice arithmetic are paid once per slice, not
 // once per event.
 func (o *Operator) sliceOf(t int64) (sb *slab, se, fe, le int64) {
-	if c := &o.last; c.sb != nil && t >= c.se-o.sl.g && t < c.se {
+	if o.inLastSlice(t) {
+		c := &o.last
 		return c.sb, c.se, c.fe, c.le
 	}
 	se = o.sl.sliceEnd(t)
@@ -158,6 +159,13 @@ func (o *Operator) sliceOf(t int64) (sb *slab, se, fe, le int64) {
 type lastSlice struct {
 	sb         *slab
 	se, fe, le int64
+}
+
+// inLastSlice reports whether an event at t falls in the slice of sliceOf's
+// last answer.
+func (o *Operator) inLastSlice(t int64) bool {
+	c := &o.last
+	return c.sb != nil && t >= c.se-o.sl.g && t < c.se
 }
 
 func (o *Operator) addAligned(idx int32, in *aggregate.Input) bool {

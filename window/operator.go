@@ -70,10 +70,10 @@ type Operator struct {
 	timers timers
 	free   []*aggregate.State
 
-	// fired[idx] is the versions of key idx's aligned windows still within
-	// lateness, ordered by end; keys past its length have none. Apart from
-	// keyState and grown only when a key needs it: with no allowed
-	// lateness no window ever gets a second version, and the slice header
+	// fired[idx] is the versions of key idx's aligned windows that had a
+	// late update and are still within lateness, ordered by end; keys past
+	// its length have none. Apart from keyState and grown only when a key
+	// needs it: most keys never have a late update, and the slice header
 	// would cost every key 24 bytes for nothing.
 	fired [][]firedWindow
 

@@ -109,7 +109,7 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 			// sliding window's merged block never holds an on-time slice
 			// (blocks are merged for windows that fired), so blocks need no
 			// look.
-			if c := &o.last; c.sb != nil && in.Time < c.se && in.Time >= c.se-o.sl.g && c.fe > o.wm {
+			if c := &o.last; o.inLastSlice(in.Time) && c.fe > o.wm {
 				ch, j := c.sb.chunkOf(idx)
 				if w, b := j>>6, uint64(1)<<(j&63); ch == nil || ch.bits[w]&b == 0 {
 					ch, j = o.slabChunk(c.sb, idx) // the key's first record in the slice

@@ -123,7 +123,7 @@ func (s *Set) Decode(st *State, b []byte) error {
 		dropScratch(st)
 		return err
 	}
-	for _, a := range s.adds {
+	for _, a := range s.sketches {
 		n := vals[a.n]
 		switch a.fn {
 		case Distinct:
@@ -170,7 +170,7 @@ func (s *Set) MergeEncoded(dst *State, b []byte) error {
 		return err
 	}
 	s.mergeVals(dst.vals, vals)
-	for _, a := range s.adds {
+	for _, a := range s.sketches {
 		n := vals[a.n]
 		if n == 0 {
 			continue

@@ -114,7 +114,6 @@ type field struct {
 type Set struct {
 	specs []Spec
 	aggs  []agg // one per spec, in spec order
-	adds  []agg // the aggs Merge has work for: all but count()
 	// Add's and Merge's loops: fields, then (only when more is set) the
 	// other scalars, which call nothing, so the compiler keeps their state
 	// in registers, and the sketches, whose calls go in their own loop.
@@ -251,10 +250,8 @@ func NewSet(specs []Spec, opts Options) (*Set, error) {
 		switch {
 		case sp.Func == Count && sp.Input < 0:
 		case sp.Func == Distinct || sp.Func == Quantile:
-			s.adds = append(s.adds, a)
 			s.sketches = append(s.sketches, a)
 		default:
-			s.adds = append(s.adds, a)
 			if !s.addToField(a) {
 				s.scalars = append(s.scalars, a)
 			}

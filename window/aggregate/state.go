@@ -237,10 +237,7 @@ func (s *Set) addMore(st *State, in *Input) {
 // does not allocate for the scalar aggregates.
 func (s *Set) Merge(dst, src *State) {
 	s.mergeVals(dst.vals, src.vals)
-	if s.nHLL == 0 && s.nQuant == 0 {
-		return
-	}
-	for _, a := range s.adds {
+	for _, a := range s.sketches {
 		if src.vals[a.n] == 0 {
 			continue
 		}
@@ -376,7 +373,7 @@ func (s *Set) CopyTo(dst, src *State) {
 	if dst == src {
 		return
 	}
-	for _, a := range s.adds {
+	for _, a := range s.sketches {
 		switch a.fn {
 		case Distinct:
 			s.resetHLL(dst, a)

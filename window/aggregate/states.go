@@ -1,8 +1,6 @@
 package aggregate
 
-import (
-	"unsafe"
-)
+import "unsafe"
 
 // States is n partials of one Set side by side, for callers that keep many
 // of them (the window operator's per-slice slabs): the record count and
