@@ -251,12 +251,22 @@ func (x *Hello) GetNextSeq() uint64 {
 }
 
 // Resume is the hub's answer to Hello.
+//
+// When the edge's epoch is older than the one the hub holds, the hub
+// answers with its own epoch rather than an error, and the edge starts
+// epoch + 1. The hub refuses (InvalidArgument) an epoch more than a few
+// past its own, or beyond any an edge could reach.
 type Resume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// epoch the hub holds for this edge (0: never seen).
 	Epoch uint64 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// acked_seq is the highest sequence of that epoch the hub made durable.
-	AckedSeq      uint64 `protobuf:"varint,2,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	AckedSeq uint64 `protobuf:"varint,2,opt,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	// limits: what the hub accepts. The edge checks its entries against
+	// them before it sends them and sets aside (quarantines) one that
+	// exceeds them, so that one entry never stops the entries behind it.
+	// Unset (an older hub): the edge's own defaults.
+	Limits        *Limits `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,6 +315,189 @@ func (x *Resume) GetAckedSeq() uint64 {
 	return 0
 }
 
+func (x *Resume) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// Limits are what a hub accepts in a Batch. Zero: no limit announced.
+type Limits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_key_bytes bounds a partial's encoded key.
+	MaxKeyBytes uint32 `protobuf:"varint,1,opt,name=max_key_bytes,json=maxKeyBytes,proto3" json:"max_key_bytes,omitempty"`
+	// max_state_bytes bounds a partial's aggregate state.
+	MaxStateBytes uint32 `protobuf:"varint,2,opt,name=max_state_bytes,json=maxStateBytes,proto3" json:"max_state_bytes,omitempty"`
+	// max_batch_bytes bounds a serialized SyncRequest carrying a Batch.
+	MaxBatchBytes uint32 `protobuf:"varint,3,opt,name=max_batch_bytes,json=maxBatchBytes,proto3" json:"max_batch_bytes,omitempty"`
+	// max_batch_partials bounds the partials of one Batch.
+	MaxBatchPartials uint32 `protobuf:"varint,4,opt,name=max_batch_partials,json=maxBatchPartials,proto3" json:"max_batch_partials,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Limits) Reset() {
+	*x = Limits{}
+	mi := &file_runnel_v1_uplink_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limits) ProtoMessage() {}
+
+func (x *Limits) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_uplink_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limits.ProtoReflect.Descriptor instead.
+func (*Limits) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Limits) GetMaxKeyBytes() uint32 {
+	if x != nil {
+		return x.MaxKeyBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxStateBytes() uint32 {
+	if x != nil {
+		return x.MaxStateBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxBatchBytes() uint32 {
+	if x != nil {
+		return x.MaxBatchBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxBatchPartials() uint32 {
+	if x != nil {
+		return x.MaxBatchPartials
+	}
+	return 0
+}
+
+// Refusal is the detail (google.rpc.Status details) of an InvalidArgument
+// that refuses a Batch because of some of its partials: the hub applied
+// nothing of the batch. The edge sets the named entries aside with their
+// reasons (its quarantine) and sends the batch again without them, as
+// sequence numbers only. A refusal without this detail is about the batch
+// as a whole.
+type Refusal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*RefusedEntry        `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refusal) Reset() {
+	*x = Refusal{}
+	mi := &file_runnel_v1_uplink_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refusal) ProtoMessage() {}
+
+func (x *Refusal) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_uplink_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
+func (*Refusal) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Refusal) GetEntries() []*RefusedEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// RefusedEntry names one outbox entry the hub will never accept, and why.
+type RefusedEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusedEntry) Reset() {
+	*x = RefusedEntry{}
+	mi := &file_runnel_v1_uplink_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusedEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusedEntry) ProtoMessage() {}
+
+func (x *RefusedEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_uplink_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusedEntry.ProtoReflect.Descriptor instead.
+func (*RefusedEntry) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RefusedEntry) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *RefusedEntry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Batch is a run of consecutive outbox entries of one edge and epoch.
 type Batch struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -324,7 +517,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_runnel_v1_uplink_proto_msgTypes[4]
+	mi := &file_runnel_v1_uplink_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +529,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_uplink_proto_msgTypes[4]
+	mi := &file_runnel_v1_uplink_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +542,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{4}
+	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Batch) GetEdgeId() string {
@@ -415,7 +608,7 @@ type Partial struct {
 
 func (x *Partial) Reset() {
 	*x = Partial{}
-	mi := &file_runnel_v1_uplink_proto_msgTypes[5]
+	mi := &file_runnel_v1_uplink_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +620,7 @@ func (x *Partial) String() string {
 func (*Partial) ProtoMessage() {}
 
 func (x *Partial) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_uplink_proto_msgTypes[5]
+	mi := &file_runnel_v1_uplink_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +633,7 @@ func (x *Partial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partial.ProtoReflect.Descriptor instead.
 func (*Partial) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{5}
+	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Partial) GetSeq() uint64 {
@@ -502,7 +695,7 @@ type Watermark struct {
 
 func (x *Watermark) Reset() {
 	*x = Watermark{}
-	mi := &file_runnel_v1_uplink_proto_msgTypes[6]
+	mi := &file_runnel_v1_uplink_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +707,7 @@ func (x *Watermark) String() string {
 func (*Watermark) ProtoMessage() {}
 
 func (x *Watermark) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_uplink_proto_msgTypes[6]
+	mi := &file_runnel_v1_uplink_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +720,7 @@ func (x *Watermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Watermark.ProtoReflect.Descriptor instead.
 func (*Watermark) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{6}
+	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Watermark) GetPipeline() string {
@@ -554,7 +747,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_runnel_v1_uplink_proto_msgTypes[7]
+	mi := &file_runnel_v1_uplink_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +759,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_uplink_proto_msgTypes[7]
+	mi := &file_runnel_v1_uplink_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +772,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{7}
+	return file_runnel_v1_uplink_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ack) GetEpoch() uint64 {
@@ -612,10 +805,21 @@ const file_runnel_v1_uplink_proto_rawDesc = "" +
 	"\x05Hello\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x19\n" +
-	"\bnext_seq\x18\x03 \x01(\x04R\anextSeq\";\n" +
+	"\bnext_seq\x18\x03 \x01(\x04R\anextSeq\"f\n" +
 	"\x06Resume\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
-	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\"\xd4\x01\n" +
+	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12)\n" +
+	"\x06limits\x18\x03 \x01(\v2\x11.runnel.v1.LimitsR\x06limits\"\xaa\x01\n" +
+	"\x06Limits\x12\"\n" +
+	"\rmax_key_bytes\x18\x01 \x01(\rR\vmaxKeyBytes\x12&\n" +
+	"\x0fmax_state_bytes\x18\x02 \x01(\rR\rmaxStateBytes\x12&\n" +
+	"\x0fmax_batch_bytes\x18\x03 \x01(\rR\rmaxBatchBytes\x12,\n" +
+	"\x12max_batch_partials\x18\x04 \x01(\rR\x10maxBatchPartials\"<\n" +
+	"\aRefusal\x121\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.runnel.v1.RefusedEntryR\aentries\"8\n" +
+	"\fRefusedEntry\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xd4\x01\n" +
 	"\x05Batch\x12\x17\n" +
 	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1b\n" +
@@ -655,31 +859,36 @@ func file_runnel_v1_uplink_proto_rawDescGZIP() []byte {
 	return file_runnel_v1_uplink_proto_rawDescData
 }
 
-var file_runnel_v1_uplink_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_runnel_v1_uplink_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_runnel_v1_uplink_proto_goTypes = []any{
 	(*SyncRequest)(nil),  // 0: runnel.v1.SyncRequest
 	(*SyncResponse)(nil), // 1: runnel.v1.SyncResponse
 	(*Hello)(nil),        // 2: runnel.v1.Hello
 	(*Resume)(nil),       // 3: runnel.v1.Resume
-	(*Batch)(nil),        // 4: runnel.v1.Batch
-	(*Partial)(nil),      // 5: runnel.v1.Partial
-	(*Watermark)(nil),    // 6: runnel.v1.Watermark
-	(*Ack)(nil),          // 7: runnel.v1.Ack
+	(*Limits)(nil),       // 4: runnel.v1.Limits
+	(*Refusal)(nil),      // 5: runnel.v1.Refusal
+	(*RefusedEntry)(nil), // 6: runnel.v1.RefusedEntry
+	(*Batch)(nil),        // 7: runnel.v1.Batch
+	(*Partial)(nil),      // 8: runnel.v1.Partial
+	(*Watermark)(nil),    // 9: runnel.v1.Watermark
+	(*Ack)(nil),          // 10: runnel.v1.Ack
 }
 var file_runnel_v1_uplink_proto_depIdxs = []int32{
-	2, // 0: runnel.v1.SyncRequest.hello:type_name -> runnel.v1.Hello
-	4, // 1: runnel.v1.SyncRequest.batch:type_name -> runnel.v1.Batch
-	3, // 2: runnel.v1.SyncResponse.resume:type_name -> runnel.v1.Resume
-	7, // 3: runnel.v1.SyncResponse.ack:type_name -> runnel.v1.Ack
-	5, // 4: runnel.v1.Batch.partials:type_name -> runnel.v1.Partial
-	6, // 5: runnel.v1.Batch.watermarks:type_name -> runnel.v1.Watermark
-	0, // 6: runnel.v1.Uplink.Sync:input_type -> runnel.v1.SyncRequest
-	1, // 7: runnel.v1.Uplink.Sync:output_type -> runnel.v1.SyncResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	2,  // 0: runnel.v1.SyncRequest.hello:type_name -> runnel.v1.Hello
+	7,  // 1: runnel.v1.SyncRequest.batch:type_name -> runnel.v1.Batch
+	3,  // 2: runnel.v1.SyncResponse.resume:type_name -> runnel.v1.Resume
+	10, // 3: runnel.v1.SyncResponse.ack:type_name -> runnel.v1.Ack
+	4,  // 4: runnel.v1.Resume.limits:type_name -> runnel.v1.Limits
+	6,  // 5: runnel.v1.Refusal.entries:type_name -> runnel.v1.RefusedEntry
+	8,  // 6: runnel.v1.Batch.partials:type_name -> runnel.v1.Partial
+	9,  // 7: runnel.v1.Batch.watermarks:type_name -> runnel.v1.Watermark
+	0,  // 8: runnel.v1.Uplink.Sync:input_type -> runnel.v1.SyncRequest
+	1,  // 9: runnel.v1.Uplink.Sync:output_type -> runnel.v1.SyncResponse
+	9,  // [9:10] is the sub-list for method output_type
+	8,  // [8:9] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_runnel_v1_uplink_proto_init() }
@@ -701,7 +910,7 @@ func file_runnel_v1_uplink_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_uplink_proto_rawDesc), len(file_runnel_v1_uplink_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
