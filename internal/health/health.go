@@ -1,0 +1,114 @@
+// Package health is the /healthz report runnel-edge and runnel-hub share:
+// a list of named checks, each ok, degraded or failing with a reason, and
+// the node's status, the worst of them.
+//
+// The HTTP handler answers 200 while the node is ok or degraded and 503
+// while it is failing, with the report as JSON:
+//
+//	{"status":"degraded","checks":[
+//	  {"name":"uplink","status":"ok"},
+//	  {"name":"quarantine","status":"degraded","reason":"3 outbox entries quarantined in the last hour (3 held): hub: partial 0 (seq 17): key of 5000 bytes, at most 4096"}]}
+//
+// so that a load balancer or a supervisor needs only the status code and a
+// person reads the reasons. Degraded means the node works but something
+// needs a look (data is being set aside or dropped, a peer is away);
+// failing means it does not do its job (it cannot ingest, commit or send).
+package health
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Status is a check's state, ordered from best to worst.
+type Status int
+
+const (
+	OK Status = iota
+	Degraded
+	Failing
+)
+
+func (s Status) String() string {
+	switch s {
+	case OK:
+		return "ok"
+	case Degraded:
+		return "degraded"
+	}
+	return "failing"
+}
+
+// MarshalText writes the status as ok, degraded or failing.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Check is the state of one part of a node.
+type Check struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Report is a node's health: its checks and the worst of their states.
+type Report struct {
+	Status Status  `json:"status"`
+	Checks []Check `json:"checks"`
+}
+
+// NewReport returns the report of checks, in their order.
+func NewReport(checks []Check) Report {
+	r := Report{Checks: checks}
+	for _, c := range checks {
+		r.Status = max(r.Status, c.Status)
+	}
+	return r
+}
+
+// Reasons returns the reasons of the checks that are not ok, one per
+// check, as "name: reason".
+func (r Report) Reasons() []string {
+	var out []string
+	for _, c := range r.Checks {
+		if c.Status != OK {
+			out = append(out, c.Name+": "+c.Reason)
+		}
+	}
+	return out
+}
+
+// Handler serves the report that check returns at each request: 200 for
+// ok and degraded, 503 for failing, the report as JSON.
+func Handler(check func() Report) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		r := check()
+		w.Header().Set("Content-Type", "application/json")
+		if r.Status == Failing {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(r)
+	})
+}
+
+// Collector exports a report as the gauge name{check="..."}: 0 ok, 1
+// degraded, 2 failing, one series per check, plus check="node" for the
+// node's status. The checks are read at scrape time.
+func Collector(name, help string, labels prometheus.Labels, check func() Report) prometheus.Collector {
+	return &collector{desc: prometheus.NewDesc(name, help, []string{"check"}, labels), check: check}
+}
+
+type collector struct {
+	desc  *prometheus.Desc
+	check func() Report
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	r := c.check()
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(r.Status), "node")
+	for _, chk := range r.Checks {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(chk.Status), chk.Name)
+	}
+}
