@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+
+	"github.com/runnel-io/runnel/operators"
 )
 
 // The byte layout of the hub's bbolt file; docs/formats/hub-store.md is the
@@ -41,7 +43,7 @@ const (
 
 const (
 	maxEdgeID  = 255  // bytes
-	maxKeyLen  = 4096 // bytes of an encoded key
+	maxKeyLen  = operators.MaxKeyBytes // bytes of an encoded key: what edges let through
 	maxPipeLen = 255  // pipeline names are shorter (64), but the key has one length byte
 )
 

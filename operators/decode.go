@@ -36,6 +36,11 @@ func badf(format string, args ...any) error {
 	return &RecordError{Reason: fmt.Sprintf(format, args...)}
 }
 
+// MaxKeyBytes bounds a record's encoded key. A record whose key is longer
+// is a dead letter: the hub accepts keys up to this length (it announces
+// its own limit too), so whatever an edge commits the hub takes.
+const MaxKeyBytes = 4096
+
 // Record is one decoded event: its key, event time and the aggregate inputs
 // the pipeline uses, nothing else. Its slices are reused by the Decoder that
 // filled it.
@@ -114,6 +119,9 @@ func (d *Decoder) Decode(payload []byte, topic string, r *Record) error {
 		if r.Key, err = d.appendKeyField(r.Key, f); err != nil {
 			return err
 		}
+	}
+	if len(r.Key) > MaxKeyBytes {
+		return badf("key of %d bytes (encoded), at most %d", len(r.Key), MaxKeyBytes)
 	}
 	r.Hash = xxhash.Sum64(r.Key)
 	r.ID = 0

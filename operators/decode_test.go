@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/runnel-io/runnel/operators"
@@ -170,4 +171,27 @@ func FuzzKeyJSON(f *testing.F) {
 			t.Fatalf("invalid JSON %q", out)
 		}
 	})
+}
+
+func TestKeyLongerThanTheLimitIsADeadLetter(t *testing.T) {
+	p, err := operators.CompileYAML("t", []byte(`name: t
+source: {mqtt: {topic: "a/#"}}
+event_time: {field: ts}
+key: [device]
+window: {tumbling: 1s}
+aggregates: {n: count()}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, r := p.NewDecoder(), p.NewRecord()
+	// The encoded key is 's', a 2-byte uvarint length and the string.
+	fits := strings.Repeat("k", operators.MaxKeyBytes-3)
+	if err := d.Decode([]byte(`{"ts":1,"device":"`+fits+`"}`), "a/b", r); err != nil || len(r.Key) != operators.MaxKeyBytes {
+		t.Fatalf("key of %d bytes: %v", len(r.Key), err)
+	}
+	err = d.Decode([]byte(`{"ts":1,"device":"`+fits+`x"}`), "a/b", r)
+	if !errors.Is(err, operators.ErrBadRecord) || !strings.Contains(err.Error(), "key of 4097 bytes") {
+		t.Fatalf("one byte more: %v", err)
+	}
 }
