@@ -287,12 +287,13 @@ var unitSynonyms = map[string]string{
 }
 
 func (d *decoder) eventTime(n *yaml.Node) {
-	m, ok := d.fields(n, "event_time", []string{"field", "unit"}, exEventTime)
+	et := &d.p.EventTime
+	et.Unit = UnitMS
+	et.MaxFuture = DefaultMaxFuture
+	m, ok := d.fields(n, "event_time", []string{"field", "unit", "max_future", "max_past"}, exEventTime)
 	if !ok {
 		return
 	}
-	et := &d.p.EventTime
-	et.Unit = UnitMS
 	if e := d.required(n, m, "event_time", "field", "field: ts"); e != nil {
 		if s, ok := d.str(e.val, "event_time.field", "field: ts"); ok {
 			et.Field = s
@@ -311,6 +312,12 @@ func (d *decoder) eventTime(n *yaml.Node) {
 				d.errorf(e.val, "event_time.unit", "unknown unit %q%s; units are s, ms, us, ns and rfc3339", s, didYouMean(s, []string{"s", "ms", "us", "ns", "rfc3339"}))
 			}
 		}
+	}
+	if e := d.optional(m, "max_future"); e != nil {
+		et.MaxFuture, _ = d.duration(e.val, "event_time.max_future", false)
+	}
+	if e := d.optional(m, "max_past"); e != nil {
+		et.MaxPast, _ = d.duration(e.val, "event_time.max_past", false)
 	}
 }
 

@@ -44,11 +44,22 @@ type TopicField struct {
 	Level int // 0-based; always a "+" level of Topic
 }
 
-// EventTime says where a record's event time is and how it is written.
+// EventTime says where a record's event time is and how it is written,
+// and how far from the edge's clock it may be.
 type EventTime struct {
 	Field string
 	Unit  TimeUnit
+	// MaxFuture bounds how far an event time may lie ahead of the edge's
+	// clock; a record beyond it is a dead letter, so that one sensor with
+	// a wrong clock cannot move the watermark for everyone. 0: no bound.
+	MaxFuture Duration
+	// MaxPast bounds how far an event time may lie behind the edge's
+	// clock (a dead letter beyond it). 0: no bound.
+	MaxPast Duration
 }
+
+// DefaultMaxFuture is EventTime.MaxFuture when a spec does not set it.
+const DefaultMaxFuture = Duration(10 * 60 * 1000)
 
 // TimeUnit is how an event time value is written in the payload.
 type TimeUnit int

@@ -38,7 +38,7 @@ func TestParseExample(t *testing.T) {
 		Name:      "line-temps",
 		Source:    Source{MQTT: &MQTTSource{Topic: "plant/+/temp", QoS: 1}},
 		Format:    "json",
-		EventTime: EventTime{Field: "ts", Unit: UnitMS},
+		EventTime: EventTime{Field: "ts", Unit: UnitMS, MaxFuture: DefaultMaxFuture},
 		Key:       []string{"device"},
 		Watermark: Watermark{MaxOutOfOrder: 5000, IdleTimeout: 30000},
 		Filter:    "temp > -40 && temp < 150",
