@@ -47,9 +47,11 @@ type NodeConfig struct {
 	// DropAtCap makes the node, at the cap, acknowledge and drop incoming
 	// messages (counted) instead of leaving them at the broker.
 	DropAtCap bool
-	IngestLog ingestlog.Options
-	Runtime   operators.Options
-	NoSync    bool // tests only: skip fsyncs of the state store
+	// SideOutputs bounds what the node keeps of its side outputs.
+	SideOutputs SideOutputs
+	IngestLog   ingestlog.Options
+	Runtime     operators.Options
+	NoSync      bool // tests only: skip fsyncs of the state store
 	// Uplink, when set, drains the committed outbox to a hub (EdgeID is
 	// the node's). Nil: the outbox only grows (up to the disk cap).
 	Uplink *uplink.Config
@@ -59,6 +61,15 @@ type NodeConfig struct {
 	// is connected and subscribed, with the broker URL it uses (from
 	// another goroutine; the node logs "edge: ready" at the same moment).
 	Started func(brokerURL string)
+}
+
+// SideOutputs bounds the dead letters, late records and quarantined outbox
+// entries a node keeps in its state file (and writes to the outputs the
+// pipelines name). They count toward the disk cap. Past either bound the
+// oldest go first, counted in runnel_edge_side_output_dropped_total.
+type SideOutputs struct {
+	MaxBytes int64         // default 64 MiB
+	MaxAge   time.Duration // default 7 days
 }
 
 // Run runs an edge node until ctx is done, then drains, takes a last
