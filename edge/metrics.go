@@ -22,20 +22,23 @@ import (
 // status is what the node reports on /metrics and /healthz. Counters are
 // read from their owners at scrape time.
 type status struct {
-	checkpoints     atomic.Uint64
-	checkpointNanos atomic.Int64 // duration of the last checkpoint commit
-	checkpointBytes atomic.Int64 // bytes of state changes in the last checkpoint
-	checkpointErr   atomic.Value // string: the last commit error, "" when fine
-	pumpAlive       atomic.Bool
-	capBlocked      atomic.Bool // the disk cap holds MQTT messages back
-	capWaits        atomic.Uint64
-	capDropped      atomic.Uint64 // messages dropped at the cap (drop_raw)
-	published       atomic.Uint64 // results published to mqtt outputs
-	publishErrs     atomic.Uint64
-	capDropWarned   atomic.Int64 // when the last drop warning was logged (Unix ns)
-	outboxBytes     atomic.Int64 // bytes committed to the outbox
-	src             atomic.Pointer[mqtt.Source]
-	uplink          atomic.Pointer[uplink.Uplink]
+	checkpoints      atomic.Uint64
+	checkpointNanos  atomic.Int64 // duration of the last checkpoint commit
+	checkpointBytes  atomic.Int64 // bytes of state changes in the last checkpoint
+	checkpointErr    atomic.Value // string: the last commit error, "" when fine
+	pumpAlive        atomic.Bool
+	capBlocked       atomic.Bool // the disk cap holds MQTT messages back
+	capWaits         atomic.Uint64
+	capDropped       atomic.Uint64 // messages dropped at the cap (drop_raw)
+	published        atomic.Uint64 // results published to mqtt outputs
+	publishErrs      atomic.Uint64
+	capDropWarned    atomic.Int64  // when the last drop warning was logged (Unix ns)
+	outboxBytes      atomic.Int64  // bytes committed to the outbox
+	oversized        atomic.Uint64 // messages over the ingest log's record limit (acknowledged, dead-lettered)
+	emptyTopic       atomic.Uint64 // messages with an empty topic (acknowledged, dropped)
+	clockImplausible atomic.Bool   // the system clock is before plausibleClock
+	src              atomic.Pointer[mqtt.Source]
+	uplink           atomic.Pointer[uplink.Uplink]
 }
 
 func (n *node) registry() *prometheus.Registry {
@@ -118,6 +121,12 @@ func (n *node) registry() *prometheus.Registry {
 	})
 	counter("runnel_edge_mqtt_publish_errors_total", "Failed publications to mqtt outputs (each is retried).", func() float64 {
 		return float64(n.status.publishErrs.Load())
+	})
+	counter("runnel_edge_oversized_messages_total", "MQTT messages longer than the ingest log's record limit: acknowledged, and their start kept as a dead letter.", func() float64 {
+		return float64(n.status.oversized.Load())
+	})
+	counter("runnel_edge_empty_topic_messages_total", "MQTT messages with an empty topic: acknowledged and dropped.", func() float64 {
+		return float64(n.status.emptyTopic.Load())
 	})
 	counter("runnel_edge_disk_cap_dropped_total", "Messages acknowledged and dropped at the disk cap (disk_cap.policy drop_raw).", func() float64 {
 		return float64(n.status.capDropped.Load())

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -93,6 +94,13 @@ type node struct {
 
 	status  status
 	lastSeq atomic.Uint64 // n.last.NextSeq, for metrics
+
+	// The clock records of the ingest log (record.go): when the last was
+	// appended and when the last message was (Unix ms), and how long
+	// after the last message they go on (the pipelines' idle horizon).
+	lastClock, lastMessage atomic.Int64
+	idleHorizon            int64
+	maxRecord              int // the ingest log's record limit
 	closing chan struct{} // closed when the node starts to stop
 
 	parts chan ckptPart
@@ -241,6 +249,12 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	logOpts := cfg.IngestLog
 	logOpts.OnDurable = n.acks.durable
+	n.maxRecord = cmp.Or(logOpts.MaxRecordSize, ingestlog.DefaultMaxRecordSize)
+	for _, p := range cfg.Pipelines {
+		if h := p.IdleHorizon(); h > 0 {
+			n.idleHorizon = max(n.idleHorizon, h.Milliseconds()+clockEvery)
+		}
+	}
 	l, rec, err := ingestlog.Open(ctx, filepath.Join(cfg.DataDir, "log"), &logOpts)
 	if err != nil {
 		st.Close()
@@ -481,7 +495,26 @@ func (n *node) handle(m mqtt.Message, ack func()) {
 		}
 		n.waitForDisk()
 	}
-	rec := encodeRecord(nil, m.Topic, m.Payload)
+	now := time.Now().UnixMilli()
+	n.lastMessage.Store(now)
+	n.appendClock(now)
+	var rec []byte
+	switch {
+	case m.Topic == "":
+		// MQTT topic names are never empty (a v5 topic alias is resolved
+		// before the handler): no pipeline can take it.
+		n.status.emptyTopic.Add(1)
+		ack()
+		return
+	case recordLen(m.Topic, m.Payload) > n.maxRecord:
+		// Too long for the log: acknowledge it and keep its start as a
+		// dead letter, rather than leave it unacknowledged in front of
+		// every later message.
+		n.status.oversized.Add(1)
+		rec = encodeOversized(nil, m.Topic, m.Payload)
+	default:
+		rec = encodeRecord(nil, m.Topic, m.Payload)
+	}
 	pos, err := n.log.Append(context.Background(), rec)
 	if err != nil {
 		n.lg.Error("edge: ingest log append; the broker will redeliver", "topic", m.Topic, "err", err)
@@ -490,6 +523,43 @@ func (n *node) handle(m mqtt.Message, ack func()) {
 	n.acks.push(pos, ack)
 	// The commit may have happened between Append and push.
 	n.acks.durable(n.log.Durable())
+}
+
+func recordLen(topic string, payload []byte) int {
+	return uvarintLen(uint64(len(topic))) + len(topic) + len(payload)
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+// clockEvery is the spacing of clock records in the ingest log: event-time
+// bounds and the idle advance see the clock to this precision.
+const clockEvery = 1000 // ms
+
+// appendClock writes a clock record when the last one is clockEvery old,
+// and the clock is plausible. Both the MQTT handler (before a message) and
+// the pump (while input is quiet) call it.
+func (n *node) appendClock(now int64) {
+	last := n.lastClock.Load()
+	if now-last < clockEvery || !n.lastClock.CompareAndSwap(last, now) {
+		return
+	}
+	if now < plausibleClock {
+		if n.status.clockImplausible.CompareAndSwap(false, true) {
+			n.lg.Warn("edge: the system clock is before 2020; event times are not bounded and idle pipelines do not advance until it is set",
+				"clock", time.UnixMilli(now).UTC())
+		}
+		return
+	}
+	n.status.clockImplausible.Store(false)
+	if _, err := n.log.Append(context.Background(), encodeClock(nil, now)); err != nil {
+		n.lg.Warn("edge: ingest log: clock record", "err", err)
+	}
 }
 
 // waitForDisk blocks the MQTT handler while the disk cap is reached: paho
@@ -525,21 +595,6 @@ func (n *node) dropAtCap() {
 
 func (n *node) diskUsed() int64 { return n.log.Size() + n.status.outboxBytes.Load() }
 
-// Ingest log records: uvarint topic length, topic, payload.
-func encodeRecord(dst []byte, topic string, payload []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(topic)))
-	dst = append(dst, topic...)
-	return append(dst, payload...)
-}
-
-func decodeRecord(rec []byte) (topic string, payload []byte, err error) {
-	l, w := binary.Uvarint(rec)
-	if w <= 0 || uint64(len(rec)-w) < l {
-		return "", nil, errors.New("edge: ingest record: bad topic length")
-	}
-	return string(rec[w : w+int(l)]), rec[w+int(l):], nil
-}
-
 // pump reads the durable log from the last checkpoint on and feeds the
 // runtimes; it injects a barrier every checkpoint interval. Replay after a
 // restart and live ingestion are the same loop. It returns after drain is
@@ -574,20 +629,8 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		rec, pos, err := rd.Next()
 		switch {
 		case err == nil:
-			topic, payload, derr := decodeRecord(rec)
-			for _, ps := range n.pipes {
-				if !matches(ps.p, topic) {
-					continue
-				}
-				var ierr error
-				if derr != nil {
-					ierr = ps.rt.Reject(rec, "", int64(pos), derr.Error())
-				} else {
-					ierr = ps.rt.Ingest(payload, topic, int64(pos))
-				}
-				if ierr != nil {
-					return ierr
-				}
+			if err := n.feed(rec, pos); err != nil {
+				return err
 			}
 			next = pos + 1
 			select {
@@ -611,9 +654,14 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		if now := time.Now(); now.Sub(lastFlush) >= flushEvery {
 			lastFlush = now
 			for _, ps := range n.pipes {
-				if err := ps.rt.Tick(now); err != nil {
+				if err := ps.rt.Flush(); err != nil {
 					return err
 				}
+			}
+			// While input is quiet, clock records go on for as long as
+			// an idle pipeline's watermark can still fire a window.
+			if ms := now.UnixMilli(); n.idleHorizon > 0 && ms-n.lastMessage.Load() <= n.idleHorizon {
+				n.appendClock(ms)
 			}
 		}
 		wctx, cancel := context.WithTimeout(ctx, flushEvery)
@@ -631,6 +679,35 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		default:
 		}
 	}
+}
+
+// feed hands one ingest log record to the pipelines it is for: a message
+// to those whose topic filter matches, a clock record to all, an oversized
+// message to those it matches as a dead letter. A record that does not
+// decode (not expected: frames are checked) is a dead letter of every
+// pipeline.
+func (n *node) feed(rec []byte, pos ingestlog.Position) error {
+	r, err := decodeRecord(rec)
+	for _, ps := range n.pipes {
+		var ierr error
+		switch {
+		case err != nil:
+			ierr = ps.rt.Reject(rec[:min(len(rec), oversizedPrefix)], "", int64(pos), err.Error())
+		case r.kind == recordClock:
+			ps.rt.Clock(r.clock)
+		case !matches(ps.p, r.topic):
+		case r.kind == recordOversized:
+			ierr = ps.rt.Reject(r.payload, r.topic, int64(pos), fmt.Sprintf(
+				"message of %d bytes is longer than the ingest log's record limit (%d bytes); its first %d bytes are kept here",
+				r.size, n.maxRecord, len(r.payload)))
+		default:
+			ierr = ps.rt.Ingest(r.payload, r.topic, int64(pos))
+		}
+		if ierr != nil {
+			return ierr
+		}
+	}
+	return nil
 }
 
 // flushEvery is how often the pump flushes partial batches when it has

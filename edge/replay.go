@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/window/aggregate"
@@ -26,7 +27,9 @@ type ReplayConfig struct {
 // Replay runs a pipeline over a recorded stream and writes every result it
 // emits, as `runnel-edge replay` does. Line numbers (from 1) are the records'
 // offsets. At end of input the watermark advances to the end of time and
-// every open window fires. Empty lines are skipped.
+// every open window fires. Empty lines are skipped. Event times are bounded
+// (event_time.max_future, max_past) by the clock when Replay starts; the
+// clock does not move during a replay, so no idle advance happens.
 func Replay(ctx context.Context, cfg ReplayConfig) (operators.Stats, error) {
 	if cfg.MaxLine <= 0 {
 		cfg.MaxLine = 1 << 20
@@ -35,6 +38,12 @@ func Replay(ctx context.Context, cfg ReplayConfig) (operators.Stats, error) {
 	rt, err := operators.Start(ctx, cfg.Pipeline, sink, cfg.Runtime)
 	if err != nil {
 		return operators.Stats{}, err
+	}
+	// Event times are bounded by the clock at the start of the replay, as
+	// the live edge bounds them by its clock (a recording is of the past,
+	// so what the edge took, replay takes).
+	if now := time.Now().UnixMilli(); now >= plausibleClock {
+		rt.Clock(now)
 	}
 	err = feedLines(cfg.Input, cfg.MaxLine, rt)
 	stats, cerr := rt.Close(err == nil)

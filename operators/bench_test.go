@@ -76,7 +76,7 @@ func BenchmarkDecodeAggregate(b *testing.B) {
 			p := compile(b, fmt.Sprintf(benchSpec, bc.filter))
 			dec := p.NewDecoder()
 			rec := p.NewRecord()
-			wms := window.NewWatermarks(1, p.MaxOOO, 0, testEpoch)
+			wms := window.NewWatermarks(1, p.MaxOOO, 0)
 			var out []byte
 			op, err := window.NewOperator(window.Config{Assigner: p.Assigner, Lateness: p.Lateness, Aggregates: p.Aggregates,
 				Emit: func(r *window.Result) { out = p.Aggregates.AppendEncode(out[:0], r.State) }})

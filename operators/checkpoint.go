@@ -58,6 +58,33 @@ var ErrBadSnapshot = errors.New("operators: bad snapshot entry")
 // letters ('m', 's', 'v', 'x').
 const keyWatermark = 'w'
 
+// The watermark entry: varint largest event time seen, varint watermark,
+// then varint clock and varint clock at the last event (the idle advance's
+// state; absent in checkpoints written before it, which restore as
+// unknown).
+func appendWatermarkState(dst []byte, st window.State) []byte {
+	dst = binary.AppendVarint(dst, st.MaxSeen)
+	dst = binary.AppendVarint(dst, st.Combined)
+	dst = binary.AppendVarint(dst, st.Clock)
+	return binary.AppendVarint(dst, st.Seen)
+}
+
+func decodeWatermarkState(b []byte) (window.State, bool) {
+	var vs [4]int64
+	n := 0
+	for ; n < len(vs) && len(b) > 0; n++ {
+		v, w := binary.Varint(b)
+		if w <= 0 {
+			return window.State{}, false
+		}
+		vs[n], b = v, b[w:]
+	}
+	if (n != 2 && n != 4) || len(b) != 0 {
+		return window.State{}, false
+	}
+	return window.State{MaxSeen: vs[0], Combined: vs[1], Clock: vs[2], Seen: vs[3]}, true
+}
+
 // snapBuf records snapshot operations back to back:
 // op ('P' put, 'D' delete, 'X' delete prefix) | be64 hash |
 // uvarint len(key) | key | uvarint len(value) | value.
@@ -123,9 +150,7 @@ func (r *Runtime) Barrier(id uint64) error {
 		return r.failure(err)
 	}
 	src := &snapBuf{source: true, wm: r.wms.Current()}
-	v := binary.AppendVarint(nil, r.wms.MaxSeen(0))
-	v = binary.AppendVarint(v, r.wms.Current())
-	_ = src.Put(0, []byte{keyWatermark}, v)
+	_ = src.Put(0, []byte{keyWatermark}, appendWatermarkState(nil, r.wms.State()))
 	if r.dedup != nil {
 		_ = src.Put(0, []byte{keyDedup}, r.dedup.appendSnapshot(nil))
 	}
@@ -222,15 +247,11 @@ func (r *Runtime) restore(load func(fn func(hash uint64, key, value []byte) erro
 	err := load(func(hash uint64, key, value []byte) error {
 		switch {
 		case len(key) == 1 && key[0] == keyWatermark:
-			maxSeen, n := binary.Varint(value)
-			if n <= 0 {
+			st, ok := decodeWatermarkState(value)
+			if !ok {
 				return fmt.Errorf("%w: watermark", ErrBadSnapshot)
 			}
-			combined, m := binary.Varint(value[n:])
-			if m <= 0 || n+m != len(value) {
-				return fmt.Errorf("%w: watermark", ErrBadSnapshot)
-			}
-			r.wms.Restore(0, maxSeen, combined)
+			r.wms.Restore(st)
 			for i := range r.sentWM {
 				r.sentWM[i] = window.MinTime
 			}

@@ -21,13 +21,16 @@ import (
 // to key and time it, and what to aggregate per window. It is immutable and
 // shared by every goroutine that runs the pipeline.
 type Pipeline struct {
-	Spec       *spec.Pipeline
-	Name       string
-	Assigner   window.Assigner
-	Lateness   int64 // ms
-	MaxOOO     int64 // ms
-	Idle       time.Duration
-	Aggregates *aggregate.Set
+	Spec     *spec.Pipeline
+	Name     string
+	Assigner window.Assigner
+	Lateness int64 // ms
+	MaxOOO   int64 // ms
+	Idle     int64 // ms; 0: the watermark never advances without input
+	// MaxFuture and MaxPast bound an event time against the edge's clock
+	// (ms; 0: no bound); a record outside is a dead letter.
+	MaxFuture, MaxPast int64
+	Aggregates         *aggregate.Set
 
 	// Record fields: payload paths first, then topic fields, then computed
 	// fields, each at a fixed index of the decoder's value array.
@@ -50,6 +53,21 @@ type compiledExpr struct {
 	prog  *vm.Program
 	uses  []int // fields the expression reads
 	src   string
+}
+
+// IdleHorizon is how long after its last record the pipeline's watermark
+// can still fire or drop a window by advancing with the clock (idle
+// timeout, out-of-orderness, window span and lateness): past it an idle
+// advance changes nothing. 0 without an idle timeout.
+func (p *Pipeline) IdleHorizon() time.Duration {
+	if p.Idle == 0 {
+		return 0
+	}
+	span := p.Spec.Window.Size
+	if p.Spec.Window.Kind == spec.Session {
+		span = p.Spec.Window.Gap
+	}
+	return time.Duration(p.Idle+p.MaxOOO+int64(span)+p.Lateness) * time.Millisecond
 }
 
 // KeyFields returns the names of the key fields, in key order.
@@ -83,7 +101,8 @@ func Compile(s *spec.Pipeline) (*Pipeline, error) {
 	}
 	p.Lateness = int64(s.AllowedLateness)
 	p.MaxOOO = int64(s.Watermark.MaxOutOfOrder)
-	p.Idle = time.Duration(s.Watermark.IdleTimeout) * time.Millisecond
+	p.Idle = int64(s.Watermark.IdleTimeout)
+	p.MaxFuture, p.MaxPast = int64(s.EventTime.MaxFuture), int64(s.EventTime.MaxPast)
 
 	// Field table.
 	index := map[string]int{}

@@ -111,7 +111,7 @@ func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) (*Runtime,
 		outDone: make(chan error, 1),
 		dec:     p.NewDecoder(),
 		rec:     p.NewRecord(),
-		wms:     window.NewWatermarks(1, p.MaxOOO, p.Idle, time.Now()),
+		wms:     window.NewWatermarks(1, p.MaxOOO, p.Idle),
 		cur:     make([]*batch, opts.Workers),
 		sentWM:  make([]int64, opts.Workers),
 	}
@@ -165,6 +165,14 @@ func (r *Runtime) Ingest(payload []byte, topic string, offset int64) error {
 		r.stats.Dupes++
 		return nil
 	}
+	// Bounded event times: a record far from the edge's clock must not
+	// move the watermark for every key.
+	if c := r.wms.Clock(); c != 0 && (r.p.MaxFuture > 0 || r.p.MaxPast > 0) {
+		if reason := r.outOfBounds(rec.Time, c); reason != "" {
+			r.stats.Dead++
+			return r.dead(offset, topic, payload, errors.New(reason))
+		}
+	}
 	wm := r.wms.Observe(0, rec.Time)
 	w := r.workerOf(rec.Hash)
 	b := r.cur[w]
@@ -212,10 +220,40 @@ func (r *Runtime) Flush() error {
 	return r.flushOut()
 }
 
-// Tick tells the Runtime the processing time (idle detection) and flushes.
-func (r *Runtime) Tick(now time.Time) error {
-	r.wms.Tick(now)
-	return r.Flush()
+// Clock tells the Runtime the processing time, Unix ms: the edge's clock as
+// its source logged it, so that a replay gives the Runtime the same clock
+// at the same records. It bounds event times (the pipeline's max_future
+// and max_past; before the first Clock nothing is bounded) and drives the
+// idle advance of the watermark (window.Watermarks); the workers see a
+// watermark it moved with the next Flush or Barrier. A clock behind the
+// last one is ignored. Clock is deterministic: it reads no clock itself.
+func (r *Runtime) Clock(ms int64) {
+	r.wms.Tick(ms)
+}
+
+// outOfBounds returns why event time t lies outside the pipeline's bounds
+// around the clock c, or "".
+func (r *Runtime) outOfBounds(t, c int64) string {
+	p := r.p
+	switch {
+	case p.MaxFuture > 0 && t > c+p.MaxFuture:
+		return fmt.Sprintf("event time %s is more than max_future (%s) ahead of the edge's clock, %s",
+			showTime(t), time.Duration(p.MaxFuture)*time.Millisecond, showTime(c))
+	case p.MaxPast > 0 && t < c-p.MaxPast:
+		return fmt.Sprintf("event time %s is more than max_past (%s) behind the edge's clock, %s",
+			showTime(t), time.Duration(p.MaxPast)*time.Millisecond, showTime(c))
+	}
+	return ""
+}
+
+// showTime renders a Unix ms time for a reason: RFC 3339 where it has one,
+// the number too.
+func showTime(ms int64) string {
+	const lo, hi = -62135596800000, 253402300799999 // years 1 to 9999
+	if ms < lo || ms > hi {
+		return fmt.Sprintf("%d ms", ms)
+	}
+	return fmt.Sprintf("%s (%d ms)", time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z"), ms)
 }
 
 // Watermark returns the watermark as of the last batch sent to the

@@ -13,7 +13,9 @@
 // the pipeline's max_out_of_order: the edge's claim that readings older than
 // that have all arrived. With several inputs the watermark is the minimum over
 // the inputs that are not idle (silent for idle_timeout in processing time);
-// it never goes backwards. The watermark moves record by record in arrival
+// it never goes backwards. When every input is idle the watermark advances
+// with processing time from each input's last event (Watermarks), so the
+// last windows of a source that went quiet fire. The watermark moves record by record in arrival
 // order, so the same input gives the same results however it is batched, which
 // deterministic replay after a crash relies on.
 //
@@ -57,16 +59,15 @@
 // work (a window end, a lateness expiry, forgetting an idle key). Aligned
 // windows of many keys share a timer bucket per window end; sessions get
 // buckets per end time. Timers run on watermark time only; processing time
-// enters through Watermarks.Tick (idle detection), never through a clock read
-// inside the package.
+// enters through Watermarks.Tick (idle detection and the idle advance) as a
+// number the caller gives, never through a clock read inside the package.
 //
 // # Caveats
 //
 //   - Results of one key come out in window order for first versions; a late
 //     update of an older window may follow a newer window's result.
-//   - When every input is idle the watermark holds: windows of a silent input
-//     fire when data resumes or at end of input, not on a processing-time
-//     schedule.
+//   - Without an idle timeout the watermark holds when input stops: windows
+//     of a silent input fire when data resumes or at end of input.
 //   - A late update re-emits the whole window (all versions are complete
 //     values, not deltas), so each accepted late event costs one result.
 package window

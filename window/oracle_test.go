@@ -95,7 +95,7 @@ func runOperator(t tb, events []oracle.Event, cfg oracle.Config) (map[string][]s
 	if err != nil {
 		t.Fatal(err)
 	}
-	wms := window.NewWatermarks(1, cfg.MaxOutOfOrder, 0, testEpoch)
+	wms := window.NewWatermarks(1, cfg.MaxOutOfOrder, 0)
 	var late []int
 	nums := make([]float64, 2)
 	for i, e := range events {

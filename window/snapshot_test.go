@@ -33,7 +33,7 @@ func newDriver(t tb, cfg oracle.Config) *driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &driver{set: set, wms: window.NewWatermarks(1, cfg.MaxOutOfOrder, 0, testEpoch)}
+	d := &driver{set: set, wms: window.NewWatermarks(1, cfg.MaxOutOfOrder, 0)}
 	var a window.Assigner
 	switch cfg.Kind {
 	case oracle.Tumbling:

@@ -34,7 +34,10 @@
 // The watermark wm says "no more events before wm are expected". Before any
 // event wm is -inf. When an event arrives, wm becomes the largest event time
 // seen so far, that event included, minus MaxOutOfOrder; it never goes back.
-// At the end of input wm is +inf.
+// At the end of input wm is +inf. An event with Advance set is no record: it
+// sets wm to max(wm, its time), then windows fire and are purged as in steps
+// 2 and 3 below (a source's idle advance; the test that uses it computes the
+// advances itself).
 //
 // A window is complete when End <= wm. It is emitted then, and again, with
 // the next version, every time a late event changes it, for as long as

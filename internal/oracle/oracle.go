@@ -13,6 +13,10 @@ import (
 type Event struct {
 	Key  string
 	Time int64 // event time, ms
+	// Advance makes the event a move of the watermark to Time, with no
+	// record: what a source's idle advance does. It is never late and
+	// never a member of a window.
+	Advance bool
 }
 
 // Emission is one window result.
@@ -41,6 +45,12 @@ func Run(events []Event, cfg Config) (emissions []Emission, late []int) {
 	}
 	r := &runner{events: events, cfg: cfg, wm: math.MinInt64}
 	for i, e := range events {
+		if e.Advance {
+			r.wm = max(r.wm, e.Time)
+			r.fire(i)
+			r.purge()
+			continue
+		}
 		// Held at MinInt64 when it would go below: no window ends there.
 		r.wm = max(r.wm, subFloor(e.Time, cfg.MaxOutOfOrder))
 		r.fire(i)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -125,7 +126,7 @@ func TestTumbling(t *testing.T) {
 			// 0 b@1, 1 a@2: both in [0,10) of their key. 2 c@15: wm 15,
 			// fire a then b (same End, keys ordered). 3 a@25: fire c
 			// [10,20). end: a [20,30).
-			events: []Event{{"b", 1}, {"a", 2}, {"c", 15}, {"a", 25}},
+			events: []Event{{Key: "b", Time: 1}, {Key: "a", Time: 2}, {Key: "c", Time: 15}, {Key: "a", Time: 25}},
 			want: []Emission{
 				em(2, "a", 0, 10, 1, 1),
 				em(2, "b", 0, 10, 1, 0),
@@ -153,7 +154,7 @@ func TestTumbling(t *testing.T) {
 			cfg:  Config{Kind: Tumbling, Size: 10, MaxOutOfOrder: 100},
 			// wm stays negative; nothing fires before the end. Then by
 			// (End, Key, Start): a [0,10), b [0,10), a [10,20).
-			events: []Event{{"a", 5}, {"b", 3}, {"a", 10}},
+			events: []Event{{Key: "a", Time: 5}, {Key: "b", Time: 3}, {Key: "a", Time: 10}},
 			want: []Emission{
 				em(3, "a", 0, 10, 1, 0),
 				em(3, "b", 0, 10, 1, 1),
@@ -343,7 +344,7 @@ func TestSession(t *testing.T) {
 			cfg:  Config{Kind: Session, Gap: 5},
 			// 0 b@0: [0,5). 1 a@1: its own key: [1,6). 2 a@20: wm 20:
 			// fire b [0,5) then a [1,6) (End before Key); new a [20,25).
-			events: []Event{{"b", 0}, {"a", 1}, {"a", 20}},
+			events: []Event{{Key: "b", Time: 0}, {Key: "a", Time: 1}, {Key: "a", Time: 20}},
 			want: []Emission{
 				em(2, "b", 0, 5, 1, 0),
 				em(2, "a", 1, 6, 1, 1),
@@ -454,5 +455,19 @@ func TestKindString(t *testing.T) {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", int(k), got, want)
 		}
+	}
+}
+
+// TestAdvance: an advance event moves the watermark without a record:
+// windows it passes fire at its step, and a record behind it is late.
+func TestAdvance(t *testing.T) {
+	events := []Event{{Key: "a", Time: 5}, {Time: 10, Advance: true}, {Key: "a", Time: 7}, {Key: "a", Time: 12}}
+	ems, late := Run(events, Config{Kind: Tumbling, Size: 10, Slide: 10})
+	want := []Emission{em(1, "a", 0, 10, 1, 0), em(4, "a", 10, 20, 1, 3)}
+	if !slices.EqualFunc(ems, want, func(a, b Emission) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+		t.Fatalf("emissions %v, want %v", ems, want)
+	}
+	if !slices.Equal(late, []int{2}) {
+		t.Fatalf("late %v, want [2]", late)
 	}
 }
