@@ -100,8 +100,8 @@ type node struct {
 	// after the last message they go on (the pipelines' idle horizon).
 	lastClock, lastMessage atomic.Int64
 	idleHorizon            int64
-	maxRecord              int // the ingest log's record limit
-	closing chan struct{} // closed when the node starts to stop
+	maxRecord              int           // the ingest log's record limit
+	closing                chan struct{} // closed when the node starts to stop
 
 	parts chan ckptPart
 
