@@ -28,6 +28,7 @@ type ckptPart struct {
 	id    uint64
 	pos   ingestlog.Position // isPos: the pump's position at barrier id
 	isPos bool
+	fed   uint64 // isPos: messages the pump fed the pipelines since the node started
 	pipe  string
 	out   [][]byte // outbox entries, in emission order
 	late  [][]byte // late records, JSON
@@ -217,6 +218,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	began := time.Now()
 	c := checkpoint{ID: id, NextSeq: n.last.NextSeq}
 	entries := 0
+	var fed uint64
 	var sideN uint32
 	var changeBytes, outboxBytes, freed int64
 	// Only the writer touches the store, so nothing of a later checkpoint
@@ -241,7 +243,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		}
 		for _, p := range parts {
 			if p.isPos {
-				c.Pos = p.pos
+				c.Pos, fed = p.pos, p.fed
 				continue
 			}
 			ps := n.pipe(p.pipe)
@@ -322,7 +324,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	if err := n.store.ReleasePages(); err != nil {
 		n.lg.Warn("edge: release state file pages", "err", err)
 	}
-	n.lg.Debug("edge: checkpoint", "id", id, "pos", c.Pos, "outbox_entries", entries)
+	n.lg.Debug("edge: checkpoint", "id", id, "pos", c.Pos, "messages", fed, "outbox_entries", entries)
 	return nil
 }
 

@@ -99,17 +99,17 @@ func fastBroker(m *testbroker.Mosquitto) mqtt.Config {
 }
 
 // waitCheckpoint waits until the node has committed a checkpoint that
-// covers the ingest log up to pos (every record below it), failing the test
-// after 10 s or if the node stops. It watches the node's "edge: checkpoint"
-// log records rather than /metrics: scraping races with the pump (see
-// TestMalformedPayloadsAreDeadLetters).
-func (nd *testNode) waitCheckpoint(pos uint64) {
+// covers n messages fed to its pipelines since it started (replayed ones
+// included; the log's clock records are not messages), failing the test
+// after 10 s or if the node stops. It watches the node's "edge:
+// checkpoint" log records rather than /metrics.
+func (nd *testNode) waitCheckpoint(n uint64) {
 	nd.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for nd.logs.ckptPos.Load() < pos {
+	for nd.logs.ckptMsg.Load() < n {
 		nd.alive()
 		if time.Now().After(deadline) {
-			nd.t.Fatalf("no checkpoint covers log position %d after 10s (last covers %d)", pos, nd.logs.ckptPos.Load())
+			nd.t.Fatalf("no checkpoint covers %d messages after 10s (the last covers %d, up to log position %d)", n, nd.logs.ckptMsg.Load(), nd.logs.ckptPos.Load())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -122,6 +122,7 @@ type nodeLog struct {
 	text    *testproc.Buffer
 	h       slog.Handler
 	ckptPos atomic.Uint64
+	ckptMsg atomic.Uint64 // messages fed before the last checkpoint
 	mu      sync.Mutex
 	opened  map[string]string // attributes of "edge: opened"
 	torn    map[string]string // attributes of "ingest log: cut a torn tail"
@@ -146,6 +147,9 @@ func (l *nodeLog) Handle(ctx context.Context, r slog.Record) error {
 	case "edge: checkpoint":
 		if p, err := strconv.ParseUint(attrs["pos"], 10, 64); err == nil {
 			l.ckptPos.Store(max(l.ckptPos.Load(), p)) // only the writer logs it
+		}
+		if m, err := strconv.ParseUint(attrs["messages"], 10, 64); err == nil {
+			l.ckptMsg.Store(max(l.ckptMsg.Load(), m))
 		}
 	case "edge: opened":
 		l.mu.Lock()

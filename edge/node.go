@@ -100,7 +100,8 @@ type node struct {
 	// after the last message they go on (the pipelines' idle horizon).
 	lastClock, lastMessage atomic.Int64
 	idleHorizon            int64
-	maxRecord              int           // the ingest log's record limit
+	maxRecord              int    // the ingest log's record limit
+	fed                    uint64 // pump only: messages fed to the pipelines (for the checkpoint's log line)
 	closing                chan struct{} // closed when the node starts to stop
 
 	parts chan ckptPart
@@ -617,7 +618,7 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			}
 		}
 		select {
-		case n.parts <- ckptPart{id: id, pos: next, isPos: true}:
+		case n.parts <- ckptPart{id: id, pos: next, isPos: true, fed: n.fed}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -688,6 +689,9 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 // pipeline.
 func (n *node) feed(rec []byte, pos ingestlog.Position) error {
 	r, err := decodeRecord(rec)
+	if err != nil || r.kind != recordClock {
+		n.fed++
+	}
 	for _, ps := range n.pipes {
 		var ierr error
 		switch {
