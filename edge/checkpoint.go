@@ -108,8 +108,9 @@ func (s *stagingSink) Barrier(b *operators.Barrier) error {
 // varint end, uvarint version and the aggregate state (the rest); for a
 // watermark marker ('w') the varint watermark.
 const (
-	entryResult    = 'r'
-	entryWatermark = 'w'
+	entryResult      = 'r'
+	entryWatermark   = 'w'
+	entryQuarantined = 'q' // a quarantined entry's tombstone (side.go)
 )
 
 func encodeOutbox(dst []byte, pipeline string, r *operators.Result) []byte {
@@ -139,7 +140,10 @@ type OutboxEntry struct {
 	Pipeline  string
 	Marker    bool  // a watermark marker; Result is unset
 	Watermark int64 // the marker's watermark
-	Result    operators.Result
+	// Quarantined: the entry was set aside (the quarantine side output
+	// holds it); only its sequence number goes to the hub.
+	Quarantined bool
+	Result      operators.Result
 }
 
 // DecodeOutbox decodes the outbox entry stored under seq. Key and State
@@ -147,7 +151,7 @@ type OutboxEntry struct {
 func DecodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 	e := OutboxEntry{Seq: seq}
 	bad := fmt.Errorf("edge: outbox entry %d: corrupt", seq)
-	if len(b) == 0 || (b[0] != entryResult && b[0] != entryWatermark) {
+	if len(b) == 0 || (b[0] != entryResult && b[0] != entryWatermark && b[0] != entryQuarantined) {
 		return e, bad
 	}
 	kind := b[0]
@@ -158,6 +162,13 @@ func DecodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 	}
 	e.Pipeline, b = string(b[n:n+int(l)]), b[n+int(l):]
 	var m int
+	if kind == entryQuarantined {
+		e.Quarantined = true
+		if len(b) != 0 {
+			return e, bad
+		}
+		return e, nil
+	}
 	if kind == entryWatermark {
 		e.Marker = true
 		if e.Watermark, m = binary.Varint(b); m <= 0 || m != len(b) {
@@ -188,13 +199,14 @@ func DecodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 
 // writer commits checkpoints as their parts arrive, in id order.
 func (n *node) writer(ctx context.Context) error {
+	defer close(n.writerDone)
 	pending := map[uint64][]ckptPart{}
 	need := len(n.pipes) + 1
 	for {
 		var part ckptPart
 		select {
-		case req := <-n.epochReqs:
-			req.done <- n.storeEpoch(req.epoch)
+		case req := <-n.writeReqs:
+			req.done <- req.run()
 			continue
 		case p, ok := <-n.parts:
 			if !ok {
@@ -220,6 +232,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	entries := 0
 	var fed uint64
 	var sideN uint32
+	var side sideDelta
 	var changeBytes, outboxBytes, freed int64
 	// Only the writer touches the store, so nothing of a later checkpoint
 	// can slip in. The pipelines' statistics change with the transaction:
@@ -263,17 +276,21 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				entries++
 				outboxBytes += int64(len(e))
 			}
-			// Side outputs are keyed by checkpoint id and arrival index.
+			// Side outputs are keyed by commit time, checkpoint id and
+			// arrival index (side.go).
 			for _, e := range p.late {
-				if err := late.Put(sideKey(id, &sideN), e); err != nil {
+				if err := side.put(late, sideIndex(sideLate), sideKey(began, id, &sideN), e); err != nil {
 					return err
 				}
 			}
 			for _, e := range p.dead {
-				if err := dead.Put(sideKey(id, &sideN), e); err != nil {
+				if err := side.put(dead, sideIndex(sideDead), sideKey(began, id, &sideN), e); err != nil {
 					return err
 				}
 			}
+		}
+		if err := n.boundSide(tx, &side, began); err != nil {
+			return err
 		}
 		if freed, err = n.deleteAcked(tx, outbox); err != nil {
 			return err
@@ -296,6 +313,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	n.status.checkpointNanos.Store(int64(time.Since(began)))
 	n.status.checkpointBytes.Store(changeBytes)
 	n.status.outboxBytes.Add(outboxBytes - freed)
+	n.commitSide(&side, began)
 	n.deletedTo = max(n.deletedTo, n.pendingDeletedTo)
 	n.grewMu.Lock()
 	n.lastSeq.Store(c.NextSeq)
@@ -311,6 +329,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 			if err := ps.outs.write(p.out); err != nil {
 				n.lg.Error("edge: file output", "pipeline", p.pipe, "err", err)
 			}
+			ps.side.write(p.pipe, p.late, p.dead)
 		}
 	}
 	// Segments go once the checkpoint before this one covers them: bbolt
@@ -352,34 +371,6 @@ func ReadOutbox(ctx context.Context, dir string, fn func(OutboxEntry) error) err
 			return fn(e)
 		})
 	})
-}
-
-// ReadSideOutput calls fn with every late record (which "late") or dead
-// letter (which "dead") a stopped node committed, as JSON, in order.
-func ReadSideOutput(dir, which string, fn func(line []byte) error) error {
-	bucket := map[string]string{"late": bucketLate, "dead": bucketDead}[which]
-	if bucket == "" {
-		return fmt.Errorf("edge: no side output %q (late, dead)", which)
-	}
-	st, err := state.Open(dir+"/state.db", state.Options{})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	return st.View(func(tx *state.Tx) error {
-		b, err := tx.Bucket(bucket)
-		if err != nil {
-			return err
-		}
-		return b.ForEach(nil, func(_, v []byte) error { return fn(v) })
-	})
-}
-
-func sideKey(id uint64, n *uint32) []byte {
-	k := binary.BigEndian.AppendUint64(nil, id)
-	k = binary.BigEndian.AppendUint32(k, *n)
-	*n++
-	return k
 }
 
 func (n *node) pipe(name string) *pipe {

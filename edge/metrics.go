@@ -22,23 +22,24 @@ import (
 // status is what the node reports on /metrics and /healthz. Counters are
 // read from their owners at scrape time.
 type status struct {
-	checkpoints      atomic.Uint64
-	checkpointNanos  atomic.Int64 // duration of the last checkpoint commit
-	checkpointBytes  atomic.Int64 // bytes of state changes in the last checkpoint
-	checkpointErr    atomic.Value // string: the last commit error, "" when fine
-	pumpAlive        atomic.Bool
-	capBlocked       atomic.Bool // the disk cap holds MQTT messages back
-	capWaits         atomic.Uint64
-	capDropped       atomic.Uint64 // messages dropped at the cap (drop_raw)
-	published        atomic.Uint64 // results published to mqtt outputs
-	publishErrs      atomic.Uint64
-	capDropWarned    atomic.Int64  // when the last drop warning was logged (Unix ns)
-	outboxBytes      atomic.Int64  // bytes committed to the outbox
-	oversized        atomic.Uint64 // messages over the ingest log's record limit (acknowledged, dead-lettered)
-	emptyTopic       atomic.Uint64 // messages with an empty topic (acknowledged, dropped)
-	clockImplausible atomic.Bool   // the system clock is before plausibleClock
-	src              atomic.Pointer[mqtt.Source]
-	uplink           atomic.Pointer[uplink.Uplink]
+	checkpoints        atomic.Uint64
+	checkpointNanos    atomic.Int64 // duration of the last checkpoint commit
+	checkpointBytes    atomic.Int64 // bytes of state changes in the last checkpoint
+	checkpointErr      atomic.Value // string: the last commit error, "" when fine
+	pumpAlive          atomic.Bool
+	capBlocked         atomic.Bool // the disk cap holds MQTT messages back
+	capWaits           atomic.Uint64
+	capDropped         atomic.Uint64 // messages dropped at the cap (drop_raw)
+	published          atomic.Uint64 // results published to mqtt outputs
+	publishErrs        atomic.Uint64
+	capDropWarned      atomic.Int64  // when the last drop warning was logged (Unix ns)
+	outboxBytes        atomic.Int64  // bytes committed to the outbox
+	oversized          atomic.Uint64 // messages over the ingest log's record limit (acknowledged, dead-lettered)
+	emptyTopic         atomic.Uint64 // messages with an empty topic (acknowledged, dropped)
+	clockImplausible   atomic.Bool   // the system clock is before plausibleClock
+	sidePublishDropped atomic.Uint64 // side output lines not published to their mqtt output
+	src                atomic.Pointer[mqtt.Source]
+	uplink             atomic.Pointer[uplink.Uplink]
 }
 
 func (n *node) registry() *prometheus.Registry {
@@ -121,6 +122,22 @@ func (n *node) registry() *prometheus.Registry {
 	})
 	counter("runnel_edge_mqtt_publish_errors_total", "Failed publications to mqtt outputs (each is retried).", func() float64 {
 		return float64(n.status.publishErrs.Load())
+	})
+	for i, sd := range sides {
+		sl := prometheus.Labels{"edge": n.cfg.EdgeID, "side": sd.name}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "runnel_edge_side_output_entries",
+			Help: "Entries the side output holds in the state file.", ConstLabels: sl}, func() float64 { return float64(n.side.entries[i].Load()) }))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runnel_edge_side_output_added_total",
+			Help: "Entries added to the side output.", ConstLabels: sl}, func() float64 { return float64(n.side.added[i].Load()) }))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runnel_edge_side_output_dropped_total",
+			Help: "Side output entries deleted, oldest first, to stay within side_outputs.max_bytes or max_age.", ConstLabels: sl},
+			func() float64 { return float64(n.side.dropped[i].Load()) }))
+	}
+	gauge("runnel_edge_side_output_bytes", "Bytes the side outputs (dead letters, late records, quarantined entries) take in the state file; they count toward the disk cap.", func() float64 {
+		return float64(n.side.bytes.Load())
+	})
+	counter("runnel_edge_side_output_publish_dropped_total", "Side output lines not published to their mqtt output (queue full or broker refusing); the state file keeps them.", func() float64 {
+		return float64(n.status.sidePublishDropped.Load())
 	})
 	counter("runnel_edge_oversized_messages_total", "MQTT messages longer than the ingest log's record limit: acknowledged, and their start kept as a dead letter.", func() float64 {
 		return float64(n.status.oversized.Load())

@@ -93,15 +93,19 @@ type node struct {
 	last  checkpoint
 
 	status  status
+	side    sideStats     // side.go
 	lastSeq atomic.Uint64 // n.last.NextSeq, for metrics
+	// sideQueue carries side output lines to mqtt outputs (side.go);
+	// nil when no pipeline has one.
+	sideQueue chan sideMessage
 
 	// The clock records of the ingest log (record.go): when the last was
 	// appended and when the last message was (Unix ms), and how long
 	// after the last message they go on (the pipelines' idle horizon).
 	lastClock, lastMessage atomic.Int64
 	idleHorizon            int64
-	maxRecord              int    // the ingest log's record limit
-	fed                    uint64 // pump only: messages fed to the pipelines (for the checkpoint's log line)
+	maxRecord              int           // the ingest log's record limit
+	fed                    uint64        // pump only: messages fed to the pipelines (for the checkpoint's log line)
 	closing                chan struct{} // closed when the node starts to stop
 
 	parts chan ckptPart
@@ -111,7 +115,8 @@ type node struct {
 	grewMu           sync.Mutex
 	grew             chan struct{}
 	epoch            atomic.Uint64
-	epochReqs        chan epochReq
+	writeReqs        chan writeReq
+	writerDone       chan struct{} // closed when the writer returns
 	uplinkAck        atomic.Uint64
 	published        atomic.Uint64 // the MQTT outputs' cursor (publish.go)
 	publishes        bool          // some pipeline has an mqtt output
@@ -124,8 +129,9 @@ type pipe struct {
 	rt    *operators.Runtime
 	sink  *stagingSink
 	outs  *fileOutputs
-	state *pipeState // its operator state in the store (opstate.go)
-	toHub bool       // the spec lists a hub output
+	side  *sideWriters // its dead_letter and late_output (side.go)
+	state *pipeState   // its operator state in the store (opstate.go)
+	toHub bool         // the spec lists a hub output
 	mqtt  []spec.Output
 }
 
@@ -207,7 +213,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		return nil, err
 	}
 	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{}),
-		grew: make(chan struct{}), epochReqs: make(chan epochReq)}
+		grew: make(chan struct{}), writeReqs: make(chan writeReq), writerDone: make(chan struct{})}
 	n.acks.src = &n.status.src
 	// Operator state is kept in system buckets (opstate.go).
 	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, MmapBytes: mmapBytes})
@@ -239,10 +245,14 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		if err != nil {
 			return err
 		}
-		return ob.ForEach(nil, func(_, v []byte) error {
+		err = ob.ForEach(nil, func(_, v []byte) error {
 			n.status.outboxBytes.Add(int64(len(v)))
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		return n.loadSide(tx)
 	})
 	if err != nil {
 		st.Close()
@@ -284,8 +294,19 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 			n.closeAll(ctx)
 			return nil, err
 		}
-		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts, groups: st.KeyGroups()}, outs: outs,
+		side, err := openSideWriters(n, p)
+		if err != nil {
+			outs.close()
+			n.closeAll(ctx)
+			return nil, err
+		}
+		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts, groups: st.KeyGroups()}, outs: outs, side: side,
 			state: newPipeState(st.Path(), p.Name, st.KeyGroups())}
+		for _, o := range []*spec.Output{p.Spec.LateOutput, p.Spec.DeadLetter} {
+			if o != nil && o.Kind == spec.OutputMQTT && n.sideQueue == nil {
+				n.sideQueue = make(chan sideMessage, sideQueueLen)
+			}
+		}
 		for _, o := range p.Spec.Outputs {
 			switch o.Kind {
 			case spec.OutputHub:
@@ -326,6 +347,7 @@ func (n *node) closeAll(ctx context.Context) {
 			ps.rt.Close(false)
 		}
 		ps.outs.close()
+		ps.side.close()
 	}
 	n.log.Close(ctx)
 	n.store.Close()
@@ -362,7 +384,7 @@ func (n *node) run(ctx context.Context) error {
 	g.Go(func() error { return n.writer(gctx) })
 	upCtx, stopUplink := context.WithCancel(gctx)
 	defer stopUplink()
-	upDone := make(chan error, 2)
+	upDone := make(chan error, 3)
 	readers := 0
 	if cfg.Uplink != nil {
 		readers++
@@ -371,6 +393,10 @@ func (n *node) run(ctx context.Context) error {
 	if n.publishes {
 		readers++
 		go func() { upDone <- n.runPublisher(upCtx) }()
+	}
+	if n.sideQueue != nil {
+		readers++
+		go func() { upDone <- n.runSidePublisher(upCtx) }()
 	}
 	stopReaders := func() error {
 		stopUplink()
@@ -479,6 +505,7 @@ func (n *node) run(ctx context.Context) error {
 	}
 	for _, ps := range n.pipes {
 		ps.outs.close()
+		ps.side.close()
 	}
 	if brk != nil {
 		brk.Close(shut)
@@ -594,7 +621,14 @@ func (n *node) dropAtCap() {
 	}
 }
 
-func (n *node) diskUsed() int64 { return n.log.Size() + n.status.outboxBytes.Load() }
+// diskUsed is what counts toward the disk cap: the ingest log, the outbox
+// and the side outputs.
+func (n *node) diskUsed() int64 {
+	return n.log.Size() + n.status.outboxBytes.Load() + n.side.bytes.Load()
+}
+
+// sideQueueLen bounds the side output lines waiting for mqtt outputs.
+const sideQueueLen = 1024
 
 // pump reads the durable log from the last checkpoint on and feeds the
 // runtimes; it injects a barrier every checkpoint interval. Replay after a

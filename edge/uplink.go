@@ -21,10 +21,25 @@ const (
 	keyEpoch     = "epoch"
 )
 
-// epochReq asks the writer to store a new uplink epoch.
-type epochReq struct {
-	epoch uint64
-	done  chan error
+// writeReq asks the writer goroutine to run a write of its own (a new
+// epoch, a quarantine) between checkpoints.
+type writeReq struct {
+	run  func() error
+	done chan error
+}
+
+// errWriterStopped: the writer has stopped, so nothing more is stored.
+var errWriterStopped = errors.New("edge: the checkpoint writer has stopped")
+
+// write runs fn on the writer goroutine and returns its error.
+func (n *node) write(fn func() error) error {
+	req := writeReq{fn, make(chan error, 1)}
+	select {
+	case n.writeReqs <- req:
+	case <-n.writerDone:
+		return errWriterStopped
+	}
+	return <-req.done
 }
 
 type outboxView struct{ n *node }
@@ -50,7 +65,7 @@ func (o outboxView) Read(from uint64, fn func(*uplink.Entry) bool) error {
 			if err != nil {
 				return err
 			}
-			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Local: !o.n.pipeToHub(oe.Pipeline), Marker: oe.Marker, Watermark: oe.Watermark,
+			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Local: oe.Quarantined || !o.n.pipeToHub(oe.Pipeline), Marker: oe.Marker, Watermark: oe.Watermark,
 				Key: oe.Result.Key, Start: oe.Result.Start, End: oe.Result.End, Version: oe.Result.Version, State: oe.Result.State}
 			if !fn(&e) {
 				return errStopScan
@@ -67,13 +82,11 @@ func (o outboxView) Read(from uint64, fn func(*uplink.Entry) bool) error {
 func (o outboxView) Epoch() uint64 { return o.n.epoch.Load() }
 
 func (o outboxView) SetEpoch(epoch uint64) error {
-	req := epochReq{epoch, make(chan error, 1)}
-	select {
-	case o.n.epochReqs <- req:
-	case <-o.n.closing:
-		return errors.New("edge: stopping")
-	}
-	return <-req.done
+	return o.n.write(func() error { return o.n.storeEpoch(epoch) })
+}
+
+func (o outboxView) Quarantine(rs []uplink.Refused) error {
+	return o.n.write(func() error { return o.n.quarantine(rs) })
 }
 
 // Ack records the hub's ack; the next checkpoint deletes the entries.

@@ -33,7 +33,7 @@ const usage = `usage:
   runnel-edge [--config edge.yaml] [flags]   run the edge node (runnel-edge --help lists every setting)
   runnel-edge replay --pipeline P.yaml --input events.jsonl
                                               run a pipeline over a recorded JSON-lines file, results to stdout
-  runnel-edge outbox --data-dir D --pipeline P.yaml [--side late|dead]
+  runnel-edge outbox --data-dir D --pipeline P.yaml [--side late|dead|quarantine]
                                               print what a stopped node committed, as JSON lines
 `
 
@@ -250,7 +250,7 @@ func outbox(ctx context.Context, args []string) error {
 	var pipelines multiFlag
 	fs.Var(&pipelines, "pipeline", "pipeline spec (YAML) of the entries to render; repeatable")
 	dir := fs.String("data-dir", "runnel-data", "the node's data directory")
-	side := fs.String("side", "", "print the committed late records (late) or dead letters (dead) instead")
+	side := fs.String("side", "", "print the committed late records (late), dead letters (dead) or quarantined outbox entries (quarantine) instead")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}

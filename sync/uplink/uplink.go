@@ -14,7 +14,21 @@
 // data), or fences the edge's epoch, the uplink starts a new epoch (stored
 // durably before use) and resends its whole outbox under it. The hub keeps
 // each edge's latest partial per window, so a resent window replaces what
-// the old history left there instead of adding to it.
+// the old history left there instead of adding to it. A new epoch waits out
+// the back-off like any failure, so two edges fighting over one id, or a hub
+// that keeps fencing, cost a write per back-off at most.
+//
+// What the hub will never take is set aside, not retried. The hub announces
+// its limits in the Resume; an entry beyond them (a key or state too long, an
+// entry that alone is over the batch limit) is quarantined before it is sent.
+// A batch the hub refuses because of some of its partials (InvalidArgument
+// with a Refusal detail) has those entries quarantined with the hub's
+// reasons, and the rest is sent again at once. Quarantined entries keep their
+// sequence numbers and go as numbers only, like entries of pipelines without
+// a hub output, so the sequence stays whole. A refusal of a whole batch
+// (InvalidArgument without detail), or of the edge's epoch, is retried after
+// the back-off and reported (Stats.Refusal), since only an operator can fix
+// it.
 package uplink
 
 import (
@@ -24,6 +38,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +68,12 @@ type Entry struct {
 	State      []byte
 }
 
+// Refused is an outbox entry the hub will never accept, and why.
+type Refused struct {
+	Seq    uint64
+	Reason string
+}
+
 // Outbox is the edge's committed outbox, as the uplink needs it.
 type Outbox interface {
 	// Committed returns one past the highest committed sequence number,
@@ -68,7 +89,28 @@ type Outbox interface {
 	// Ack tells the outbox that the hub made every entry up to seq durable:
 	// it may delete them (later, with its next commit).
 	Ack(seq uint64)
+	// Quarantine sets the entries aside durably with their reasons: from
+	// then on Read gives each of them as Local (its sequence number only).
+	// Entries already gone (acked, or quarantined before) are skipped.
+	Quarantine(rs []Refused) error
 }
+
+// Limits are what the hub accepts (runnelv1.Limits), as the uplink applies
+// them. A hub that announces none gets DefaultLimits.
+type Limits struct {
+	MaxKeyBytes, MaxStateBytes   int
+	MaxBatchBytes, MaxBatchItems int
+}
+
+// DefaultLimits are assumed for a hub that announces no limits: gRPC's
+// default message limit, and the hub's key limit.
+var DefaultLimits = Limits{MaxKeyBytes: 4096, MaxStateBytes: 1 << 20, MaxBatchBytes: 4<<20 - 64<<10, MaxBatchItems: 100_000}
+
+// MaxEpoch is the highest epoch an edge goes to: it starts a new one only
+// when the hub shows it must, so no real edge comes near; a hub that holds
+// more for this edge holds a forged or corrupt value, which the uplink does
+// not follow (Stats.Refusal says so).
+const MaxEpoch = 1 << 32
 
 // Config configures an Uplink. Zero fields take defaults.
 type Config struct {
@@ -98,6 +140,17 @@ type Stats struct {
 	Reconnects uint64 // streams that failed and were retried
 	NewEpochs  uint64 // epochs started because the hub knew more
 	LastError  string
+	// Since is when the uplink last connected (Connected) or last lost
+	// its stream or failed to connect (zero before the first attempt).
+	Since time.Time
+	// Quarantined counts entries set aside since the start; LastQuarantine
+	// is the reason of the last one and when.
+	Quarantined      uint64
+	LastQuarantine   string
+	LastQuarantineAt time.Time
+	LastNewEpochAt   time.Time
+	Refusal          string // the hub refuses this edge's epoch or whole batches; "" once a session gets acks
+	Limits           Limits // as the hub announced them (DefaultLimits before)
 }
 
 // Uplink sends an outbox to a hub. Run it once.
@@ -111,7 +164,17 @@ type Uplink struct {
 	epoch, acked, sent  atomic.Uint64
 	batches, reconnects atomic.Uint64
 	newEpochs           atomic.Uint64
+	quarantined         atomic.Uint64
 	lastErr             atomic.Value // string
+
+	mu       sync.Mutex // guards the fields below, for Stats
+	since    time.Time
+	lastQ    string
+	lastQAt  time.Time
+	epochAt  time.Time
+	refusal  string
+	limits   Limits
+	batchCap int // entries per batch after ResourceExhausted: halved down to 1; 0 = no cap
 }
 
 // New prepares an uplink; it connects when Run starts.
@@ -155,7 +218,7 @@ func New(cfg Config, ob Outbox) (*Uplink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("uplink: %w", err)
 	}
-	u := &Uplink{cfg: cfg, ob: ob, lg: lg.With("hub", cfg.Hub), conn: conn}
+	u := &Uplink{cfg: cfg, ob: ob, lg: lg.With("hub", cfg.Hub), conn: conn, limits: DefaultLimits}
 	u.epoch.Store(ob.Epoch())
 	u.lastErr.Store("")
 	return u, nil
@@ -174,15 +237,36 @@ func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 // Stats returns the uplink's state; safe from any goroutine.
 func (u *Uplink) Stats() Stats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	return Stats{
 		Connected: u.connected.Load(), Epoch: u.epoch.Load(), AckedSeq: u.acked.Load(), SentSeq: u.sent.Load(),
 		Batches: u.batches.Load(), Reconnects: u.reconnects.Load(), NewEpochs: u.newEpochs.Load(),
-		LastError: u.lastErr.Load().(string),
+		LastError: u.lastErr.Load().(string), Since: u.since,
+		Quarantined: u.quarantined.Load(), LastQuarantine: u.lastQ, LastQuarantineAt: u.lastQAt,
+		LastNewEpochAt: u.epochAt, Refusal: u.refusal, Limits: u.limits,
 	}
 }
 
-// errNewEpoch ends a session that started a new epoch: reconnect at once.
-var errNewEpoch = errors.New("uplink: new epoch")
+func (u *Uplink) setSince(t time.Time) {
+	u.mu.Lock()
+	u.since = t
+	u.mu.Unlock()
+}
+
+func (u *Uplink) setRefusal(why string) {
+	u.mu.Lock()
+	u.refusal = why
+	u.mu.Unlock()
+}
+
+// errNewEpoch ends a session that started a new epoch; errQuarantined one
+// that set entries aside: the next session starts after the back-off, or at
+// once.
+var (
+	errNewEpoch    = errors.New("uplink: new epoch")
+	errQuarantined = errors.New("uplink: entries quarantined")
+)
 
 // Run sends until ctx is done, reconnecting after every failure, and
 // returns nil then. It returns an error only if the outbox fails.
@@ -191,7 +275,9 @@ func (u *Uplink) Run(ctx context.Context) error {
 	delay := u.cfg.BackoffMin
 	for {
 		progressed, err := u.session(ctx)
-		u.connected.Store(false)
+		if u.connected.Swap(false) {
+			u.setSince(time.Now())
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -199,18 +285,23 @@ func (u *Uplink) Run(ctx context.Context) error {
 		if errors.As(err, &obErr) {
 			return obErr.error
 		}
-		if errors.Is(err, errNewEpoch) {
-			continue
+		if errors.Is(err, errQuarantined) {
+			delay = u.cfg.BackoffMin
+			continue // what stopped the stream is set aside
 		}
-		u.reconnects.Add(1)
-		u.lastErr.Store(err.Error())
+		if !errors.Is(err, errNewEpoch) {
+			u.reconnects.Add(1)
+			u.lastErr.Store(err.Error())
+		}
 		if progressed {
 			delay = u.cfg.BackoffMin
 		}
 		// Full jitter: a fleet that lost the hub together does not come
 		// back in step.
 		wait := time.Duration(rand.Int64N(int64(delay)) + 1)
-		u.lg.Warn("uplink: stream ended; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		if !errors.Is(err, errNewEpoch) {
+			u.lg.Warn("uplink: stream ended; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -241,10 +332,14 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 		return false, recvErr(stream, err)
 	}
 	first, err := stream.Recv()
-	if status.Code(err) == codes.FailedPrecondition {
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.FailedPrecondition: // a hub that fences Hellos rather than answering with its epoch
 		return false, u.startEpoch(epoch+1, fmt.Sprintf("hub fenced epoch %d: %v", epoch, status.Convert(err).Message()))
-	}
-	if err != nil {
+	case codes.InvalidArgument:
+		u.setRefusal(fmt.Sprintf("the hub refuses this edge's epoch %d: %s", epoch, status.Convert(err).Message()))
+		return false, err
+	default:
 		return false, err
 	}
 	resume := first.GetResume()
@@ -252,13 +347,22 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 		return false, errors.New("uplink: hub did not answer Hello with Resume")
 	}
 	switch {
+	case resume.Epoch > epoch && resume.Epoch >= MaxEpoch:
+		why := fmt.Sprintf("the hub holds epoch %d for this edge, beyond any an edge reaches (%d): a forged or corrupt value, which this edge does not follow; reset the edge at the hub", resume.Epoch, uint64(MaxEpoch))
+		u.setRefusal(why)
+		return false, errors.New("uplink: " + why)
 	case resume.Epoch > epoch:
 		return false, u.startEpoch(resume.Epoch+1, fmt.Sprintf("hub holds epoch %d", resume.Epoch))
 	case resume.Epoch == epoch && resume.AckedSeq >= next && resume.AckedSeq > 0:
 		return false, u.startEpoch(epoch+1, fmt.Sprintf("hub acked sequence %d, this edge committed only up to %d", resume.AckedSeq, next-1))
 	}
+	lim := limitsOf(resume.Limits)
+	u.mu.Lock()
+	u.limits = lim
+	batchCap := u.batchCap
+	u.mu.Unlock()
 	u.connected.Store(true)
-	u.lastErr.Store("")
+	u.setSince(time.Now())
 	acked := resume.AckedSeq
 	u.noteAck(acked)
 	u.lg.Info("uplink: connected", "epoch", epoch, "resume_after", acked, "committed_next", next)
@@ -291,17 +395,32 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 	// from is the next sequence to send. floor is the highest sequence
 	// that is done: acked, or below the outbox's first entry (a new epoch
 	// starts wherever the outbox does). At most MaxUnacked sequence
-	// numbers are in flight past it.
+	// numbers are in flight past it. firstSent is the first sequence of
+	// the session's first batch, firstN its entries: what a refusal of
+	// that batch is about.
 	from := acked + 1
 	floor := acked
+	var firstSent uint64
+	firstN := 0
 	var b batcher
+	ended := func(err error) (bool, error) { return progressed, u.refused(err, progressed, firstSent, firstN) }
 	for {
 		from = max(from, floor+1)
 		next, grew := u.ob.Committed()
 		if room := u.cfg.MaxUnacked - int(from-1-floor); from < next && room > 0 {
-			msg, first, last, err := b.build(u.ob, u.cfg.EdgeID, epoch, from, next, min(u.cfg.BatchEntries, room))
+			items := min(u.cfg.BatchEntries, room, lim.MaxBatchItems)
+			if batchCap > 0 {
+				items = min(items, batchCap)
+			}
+			msg, first, last, refused, err := b.build(u.ob, u.cfg.EdgeID, epoch, from, next, items, lim)
 			if err != nil {
 				return progressed, outboxError{err}
+			}
+			if len(refused) > 0 { // beyond the hub's limits: never sent
+				if err := u.quarantine(refused); err != nil {
+					return progressed, err
+				}
+				continue
 			}
 			if msg == nil { // nothing left to read below next: wait for a commit
 				from = next
@@ -310,12 +429,15 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 			if from-1 == floor && first > from {
 				floor = first - 1
 			}
+			if firstSent == 0 {
+				firstSent, firstN = first, int(last-first+1)
+			}
 			if err := stream.Send(msg); err != nil {
 				// The stream ended (Send says only io.EOF): the receiver
 				// has the hub's status.
 				rerr := <-recvDone
 				recvDone <- rerr
-				return progressed, rerr
+				return ended(rerr)
 			}
 			u.batches.Add(1)
 			u.sent.Store(last)
@@ -327,16 +449,98 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 			return progressed, ctx.Err()
 		case err := <-recvDone:
 			recvDone <- err // for the deferred wait
-			return progressed, err
+			return ended(err)
 		case a := <-ackCh:
 			if a > acked {
 				acked, floor = a, max(floor, a)
-				progressed = true
+				if !progressed {
+					progressed = true
+					u.setRefusal("")
+				}
 				u.noteAck(a)
 			}
 		case <-grew:
 		}
 	}
+}
+
+// refused decides what a stream's end means. A Refusal detail names
+// entries the hub will never take: they are quarantined (errQuarantined).
+// Any other InvalidArgument refuses the batch as a whole: reported, and
+// retried after the back-off. ResourceExhausted (a message over the hub's
+// limit, from a hub that announced none or a smaller one) halves the
+// entries per batch; once a batch is one entry, and it was the session's
+// first with nothing acked, that entry is the one too large: quarantined.
+func (u *Uplink) refused(err error, progressed bool, firstSent uint64, firstN int) error {
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.InvalidArgument:
+		var rs []Refused
+		for _, d := range st.Details() {
+			if r, ok := d.(*runnelv1.Refusal); ok {
+				for _, e := range r.Entries {
+					rs = append(rs, Refused{Seq: e.Seq, Reason: "hub: " + e.Reason})
+				}
+			}
+		}
+		if len(rs) == 0 {
+			u.setRefusal("the hub refuses batches: " + st.Message())
+			return err
+		}
+		if qerr := u.quarantine(rs); qerr != nil {
+			return qerr
+		}
+		return errQuarantined
+	case codes.ResourceExhausted:
+		u.mu.Lock()
+		one := u.batchCap == 1 || firstN == 1
+		if u.batchCap == 0 {
+			u.batchCap = u.cfg.BatchEntries
+		}
+		u.batchCap = max(1, u.batchCap/2)
+		u.mu.Unlock()
+		if one && !progressed && firstSent > 0 {
+			if qerr := u.quarantine([]Refused{{Seq: firstSent, Reason: "a batch of this entry alone is larger than the hub accepts: " + st.Message()}}); qerr != nil {
+				return qerr
+			}
+			return errQuarantined
+		}
+	}
+	return err
+}
+
+// quarantine sets rs aside through the outbox and notes it.
+func (u *Uplink) quarantine(rs []Refused) error {
+	if err := u.ob.Quarantine(rs); err != nil {
+		return outboxError{fmt.Errorf("uplink: quarantine: %w", err)}
+	}
+	last := rs[len(rs)-1]
+	u.quarantined.Add(uint64(len(rs)))
+	u.mu.Lock()
+	u.lastQ, u.lastQAt = fmt.Sprintf("entry %d: %s", last.Seq, last.Reason), time.Now()
+	u.mu.Unlock()
+	u.lg.Warn("uplink: entries the hub will never accept set aside (runnel-edge outbox --side quarantine)",
+		"entries", len(rs), "first", rs[0].Seq, "reason", rs[0].Reason)
+	return nil
+}
+
+// limitsOf returns the hub's announced limits, DefaultLimits where it
+// announced none.
+func limitsOf(l *runnelv1.Limits) Limits {
+	lim := DefaultLimits
+	if l == nil {
+		return lim
+	}
+	set := func(dst *int, v uint32) {
+		if v > 0 {
+			*dst = int(v)
+		}
+	}
+	set(&lim.MaxKeyBytes, l.MaxKeyBytes)
+	set(&lim.MaxStateBytes, l.MaxStateBytes)
+	set(&lim.MaxBatchBytes, l.MaxBatchBytes)
+	set(&lim.MaxBatchItems, l.MaxBatchPartials)
+	return lim
 }
 
 // recvErr returns the stream's status when Send failed because the
@@ -364,6 +568,9 @@ func (u *Uplink) startEpoch(epoch uint64, why string) error {
 	}
 	u.epoch.Store(epoch)
 	u.newEpochs.Add(1)
+	u.mu.Lock()
+	u.epochAt = time.Now()
+	u.mu.Unlock()
 	return errNewEpoch
 }
 
@@ -378,9 +585,12 @@ type batcher struct {
 	buf      []byte // copies of keys and states: entries are valid only in Read's callback
 }
 
-// build reads entries [from, to) up to max of them and returns the batch
-// with its first and last sequence numbers; nil when there is none.
-func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int) (*runnelv1.SyncRequest, uint64, uint64, error) {
+// build reads entries [from, to) up to max of them, within the hub's
+// limits lim, and returns the batch with its first and last sequence
+// numbers; nil when there is none. An entry beyond lim is refused instead:
+// then no batch is returned, but the refused entries found from there on
+// (among at most max), for the caller to quarantine before it builds again.
+func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int, lim Limits) (*runnelv1.SyncRequest, uint64, uint64, []Refused, error) {
 	b.partials, b.ptrs, b.buf = b.partials[:0], b.ptrs[:0], b.buf[:0]
 	if b.wms == nil {
 		b.wms = map[string]*runnelv1.Watermark{}
@@ -388,12 +598,35 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int)
 	clear(b.wms)
 	var firstSeq, last uint64
 	n := 0
+	bytes := batchOverhead + len(edge)
 	type span struct{ k0, k1, s0, s1 int }
 	var spans []span
+	var refused []Refused
 	err := ob.Read(from, func(e *Entry) bool {
 		if e.Seq >= to || n == max {
 			return false
 		}
+		var size int
+		switch {
+		case e.Local:
+		case e.Marker:
+			if _, ok := b.wms[e.Pipeline]; !ok {
+				size = partialOverhead + len(e.Pipeline)
+			}
+		default:
+			size = partialOverhead + len(e.Pipeline) + len(e.Key) + len(e.State)
+			if why := lim.refuse(e, size); why != "" {
+				refused = append(refused, Refused{Seq: e.Seq, Reason: why})
+			}
+		}
+		if refused != nil {
+			n++
+			return true // only looking for more to refuse now
+		}
+		if n > 0 && bytes+size > lim.MaxBatchBytes {
+			return false
+		}
+		bytes += size
 		if n == 0 {
 			firstSeq = e.Seq
 		}
@@ -415,8 +648,8 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int)
 			WindowStart: e.Start, WindowEnd: e.End, Version: e.Version})
 		return true
 	})
-	if err != nil || n == 0 {
-		return nil, 0, 0, err
+	if err != nil || refused != nil || n == 0 {
+		return nil, 0, 0, refused, err
 	}
 	// Slices into buf are taken once it has stopped growing.
 	for i := range b.partials {
@@ -429,5 +662,27 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int)
 		b.msg.Watermarks = append(b.msg.Watermarks, w)
 	}
 	b.req.Msg = &runnelv1.SyncRequest_Batch{Batch: &b.msg}
-	return &b.req, firstSeq, last, nil
+	return &b.req, firstSeq, last, nil, nil
+}
+
+// Upper bounds of the encoded size of a batch's fixed fields and of one
+// partial's (or watermark's) beyond its pipeline name, key and state:
+// tags, lengths and varints at their longest.
+const (
+	batchOverhead   = 64
+	partialOverhead = 64
+)
+
+// refuse says why the hub would never take the partial e, whose encoded
+// size is at most size, or "".
+func (l Limits) refuse(e *Entry, size int) string {
+	switch {
+	case len(e.Key) > l.MaxKeyBytes:
+		return fmt.Sprintf("key of %d bytes; the hub accepts at most %d", len(e.Key), l.MaxKeyBytes)
+	case len(e.State) > l.MaxStateBytes:
+		return fmt.Sprintf("aggregate state of %d bytes; the hub accepts at most %d", len(e.State), l.MaxStateBytes)
+	case size+batchOverhead > l.MaxBatchBytes:
+		return fmt.Sprintf("entry of about %d bytes, more than a batch the hub accepts (%d bytes)", size, l.MaxBatchBytes)
+	}
+	return ""
 }

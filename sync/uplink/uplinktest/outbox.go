@@ -3,6 +3,7 @@
 package uplinktest
 
 import (
+	"maps"
 	"sync"
 
 	"github.com/runnel-io/runnel/sync/uplink"
@@ -19,6 +20,7 @@ type Outbox struct {
 	epoch   uint64
 	acked   uint64
 	done    chan struct{} // closed when everything added so far is acked
+	quar    map[uint64]string
 }
 
 // New returns an empty outbox at epoch 1.
@@ -107,6 +109,30 @@ func (o *Outbox) Ack(seq uint64) {
 	if seq >= uint64(len(o.entries)) && !isClosed(o.done) {
 		close(o.done)
 	}
+}
+
+// Quarantine marks the entries Local and keeps their reasons.
+func (o *Outbox) Quarantine(rs []uplink.Refused) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.quar == nil {
+		o.quar = map[uint64]string{}
+	}
+	for _, r := range rs {
+		if r.Seq <= o.deleted || r.Seq > uint64(len(o.entries)) || o.quar[r.Seq] != "" {
+			continue
+		}
+		o.quar[r.Seq] = r.Reason
+		o.entries[r.Seq-1].Local = true
+	}
+	return nil
+}
+
+// Quarantined returns the quarantined entries' reasons by sequence.
+func (o *Outbox) Quarantined() map[uint64]string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return maps.Clone(o.quar)
 }
 
 func isClosed(c chan struct{}) bool {
