@@ -70,9 +70,8 @@
 //     repeats in environ, the first wins, as with os.Getenv.
 //   - Sub-millisecond durations are refused (spec.ParseDuration's
 //     resolution); no edge setting needs finer.
-//   - YAML syntax errors are positioned by operators/spec (which knows the
-//     YAML library's quirks); their position is a line, sometimes the line
-//     where the enclosing block starts.
+//   - YAML syntax errors are worded and positioned by operators/spec
+//     (spec.YAMLProblem), at a line and column, as in pipeline specs.
 //   - Broker.Password is never echoed in messages; give it by variable or
 //     file, since flags show in ps.
 package config
