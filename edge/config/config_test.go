@@ -740,3 +740,35 @@ func TestProtocolSources(t *testing.T) {
 		})
 	}
 }
+
+// TestYAMLSyntaxPositions: a YAML syntax error in the config file is
+// reported at its line and column, worded as in a pipeline spec.
+func TestYAMLSyntaxPositions(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"unclosed quote", "edge_id: gw-1\ndata_dir: \"/var/lib/runnel\nlog: {level: debug}\n",
+			`edge.yaml:2:11: invalid YAML: found unexpected end of stream (a quote is not closed)`},
+		{"bad indentation", "broker:\n  url: mqtt://b:1883\n  reconnect:\n    min: 1s\n   max: 30s\n",
+			`edge.yaml:5:4: invalid YAML: did not find expected key (check the indentation of this line)`},
+		{"tab", "broker:\n  url: mqtt://b:1883\n\tkeep_alive: 30s\n",
+			`edge.yaml:3:1: invalid YAML: found a tab character that violates indentation (indent with spaces, not tabs)`},
+		{"unclosed [", "edge_id: gw-1\npipelines: [a.yaml, b.yaml\nlog: {level: debug}\n",
+			`edge.yaml:2:12: invalid YAML: did not find expected ',' or ']' (a [ list is not closed)`},
+		{"unclosed {", "edge_id: gw-1\ncheckpoint: {interval: 1s\nlog: {level: debug}\n",
+			`edge.yaml:2:13: invalid YAML: did not find expected ',' or '}' (a { mapping is not closed)`},
+		{"value with \": \"", "edge_id: gw-1\nbroker: {url: mqtt://b:1883}\nuplink:\n  hub: hub: 7443\n",
+			`edge.yaml:4:11: invalid YAML: mapping values are not allowed in this context (a value contains ": "; quote it, or check the indentation)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadData("edge.yaml", tc.file, nil, nil)
+			var e *Error
+			if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("got %v, want *Error", err)
+			}
+			if len(e.Problems) != 1 || e.Problems[0].Error() != tc.want {
+				t.Errorf("got\n  %v\nwant\n  %s", err, tc.want)
+			}
+		})
+	}
+}
