@@ -772,3 +772,75 @@ func TestYAMLSyntaxPositions(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadWithPipelines: the pipeline files are checked even when other
+// settings have problems, with only the items the config's own checks
+// passed, and their problems come after the config's.
+func TestLoadWithPipelines(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	errPipelines := errors.New(a + ":1:1: bad spec")
+	for _, tc := range []struct {
+		name      string
+		file      string
+		args      []string
+		checkErr  error
+		wantGlobs []string // nil: check is not called
+		want      []string // the error's lines; nil: no error
+	}{
+		{"good", "pipelines: [a.yaml, b.yaml]\n", nil, nil, []string{a, b}, nil},
+		{"other problems", "pipelines: [a.yaml, '*.yml']\ncheckpoint: {interval: 0s}\n", []string{"--log-level", "loud"}, errPipelines,
+			[]string{a, filepath.Join(dir, "*.yml")}, []string{
+				"edge.yaml:2:24: checkpoint.interval: must be greater than 0, got 0s",
+				`flag --log-level: unknown value "loud"; use info, debug, warn or error`,
+				errPipelines.Error(),
+			}},
+		{"items the config refuses", "pipelines: [a.yaml, missing.yaml, a.yaml, b.yaml]\n", nil, errPipelines,
+			[]string{a, b}, []string{
+				"edge.yaml:1:21: pipelines[1]: cannot read pipeline " + missing + ": no such file or directory",
+				"edge.yaml:1:35: pipelines[2]: " + a + " is listed twice (also item 1)",
+				errPipelines.Error(),
+			}},
+		{"only pipelines are bad", "pipelines: a.yaml\n", nil, errPipelines, []string{a}, []string{errPipelines.Error()}},
+		{"no pipelines", "edge_id: x\n", nil, nil, nil, nil},
+		{"the setting is bad", "pipelines: {a: 1}\n", nil, nil, nil, []string{
+			"edge.yaml:1:12: pipelines: expected a list of paths, such as [pipelines/*.yaml], got a mapping",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, "edge.yaml")
+			if err := os.WriteFile(file, []byte(tc.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var globs []string
+			called := false
+			_, err := loadWith(file, tc.args, nil, func() (string, error) { return "gw-test", nil }, settings.ReadFile, func(g []string) error {
+				called, globs = true, g
+				return tc.checkErr
+			})
+			if !called && tc.wantGlobs != nil || called && tc.wantGlobs == nil || !slices.Equal(globs, tc.wantGlobs) {
+				t.Errorf("check called %v with %q, want %q", called, globs, tc.wantGlobs)
+			}
+			var got []string
+			if err != nil {
+				got = strings.Split(strings.ReplaceAll(err.Error(), file, "edge.yaml"), "\n")
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			if tc.checkErr != nil && !errors.Is(err, tc.checkErr) {
+				t.Errorf("error does not match check's: %v", err)
+			}
+			var e *Error
+			if len(tc.want) > 1 && (!errors.Is(err, ErrInvalid) || !errors.As(err, &e)) {
+				t.Errorf("error does not match ErrInvalid or is no *Error: %v", err)
+			}
+		})
+	}
+}

@@ -61,7 +61,10 @@
 //     and key, the password file, plain pipeline paths) and stat data_dir,
 //     so that a config that loads does not fail at start for a reason in
 //     the config. Pipeline globs are only checked for syntax: pipelines
-//     may be pushed by the hub later.
+//     may be pushed by the hub later. The pipeline files themselves are
+//     parsed and compiled by the check LoadWithPipelines is given
+//     (operators.LoadFiles, in runnel-edge), which runs even when other
+//     settings have problems; its problems follow the config's.
 //   - The flag package stops at the first unknown flag; Load reports it and
 //     resumes after it (and after its value, when the next argument does
 //     not start with -).

@@ -25,8 +25,9 @@ const (
 
 // crossChecks checks the rules between settings of c, and the files
 // settings name, reporting to v: from Load, which knows where each value
-// came from, or from Validate.
-func crossChecks(v *settings.Checker[Config], c *Config) {
+// came from, or from Validate. It returns the pipeline files and globs
+// fit to be read (see LoadWithPipelines).
+func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 	b := &c.Broker
 
 	// TLS only means something for an mqtts:// broker: TLS settings with a
@@ -130,7 +131,7 @@ func crossChecks(v *settings.Checker[Config], c *Config) {
 	}
 
 	v.DataDir("data_dir", c.DataDir)
-	v.SpecFiles("pipelines", c.Pipelines)
+	pipelines = v.SpecFiles("pipelines", c.Pipelines)
 
 	const capBytes, seg = "disk_cap.bytes", "ingest_log.segment_size"
 	if v.OK(capBytes, seg) && c.DiskCap.Bytes > 0 && c.DiskCap.Bytes < 2*c.IngestLog.SegmentSize {
@@ -144,6 +145,7 @@ func crossChecks(v *settings.Checker[Config], c *Config) {
 		p := v.Blame(httpAddr, emb)
 		v.Add(p, "same address as %s; the embedded broker and the HTTP server cannot both listen there", v.Show(other(p, emb, httpAddr)))
 	}
+	return pipelines
 }
 
 func isTLSURL(s string) bool {

@@ -19,8 +19,9 @@ const (
 
 // crossChecks checks the rules between settings of c, and the files
 // settings name, reporting to v: from Load, which knows where each value
-// came from, or from Validate.
-func crossChecks(v *settings.Checker[Config], c *Config) {
+// came from, or from Validate. It returns the pipeline files and globs
+// fit to be read (see LoadWithPipelines).
+func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 	const certP, keyP = "tls.cert_file", "tls.key_file"
 	switch {
 	case c.TLS.CertFile != "" && c.TLS.KeyFile == "" && v.OK(keyP):
@@ -76,7 +77,8 @@ func crossChecks(v *settings.Checker[Config], c *Config) {
 	}
 
 	v.DataDir("data_dir", c.DataDir)
-	v.SpecFiles("pipelines", c.Pipelines)
+	pipelines = v.SpecFiles("pipelines", c.Pipelines)
+	return pipelines
 }
 
 var edgeIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
