@@ -48,7 +48,7 @@ func main() {
 	var err error
 	switch cmd {
 	case "run":
-		err = run(ctx, args)
+		err = run(ctx, args, os.Environ())
 	case "replay":
 		err = replay(ctx, args)
 	case "outbox":
@@ -171,14 +171,19 @@ func loadPipelines(paths []string) ([]*operators.Pipeline, error) {
 }
 
 // run runs the edge node with the configuration edge/config loads from
-// --config (or RUNNEL_CONFIG), the environment and the flags.
-func run(ctx context.Context, args []string) error {
-	c, err := config.Load("", args, os.Environ())
+// --config (or RUNNEL_CONFIG), environ and the flags in args. Before
+// anything starts, the config and every pipeline file it names are
+// checked together, so that a refusal lists every problem of all of them.
+func run(ctx context.Context, args, environ []string) error {
+	var ps []*operators.Pipeline
+	c, err := config.LoadWithPipelines("", args, environ, func(globs []string) (err error) {
+		ps, err = operators.LoadFiles(globs)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	lg := c.Log.Logger(os.Stderr)
-	var ps []*operators.Pipeline
 	if len(c.Pipelines) == 0 {
 		p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)
 		if err != nil {
@@ -186,8 +191,6 @@ func run(ctx context.Context, args []string) error {
 		}
 		ps = append(ps, p)
 		lg.Info("runnel-edge: no pipelines configured; running the built-in demo pipeline", "pipeline", p.Name)
-	} else if ps, err = operators.LoadFiles(c.Pipelines); err != nil {
-		return err
 	}
 	nc := edge.NodeConfig{
 		EdgeID: c.EdgeID, DataDir: c.DataDir, Pipelines: ps, EmbeddedAddr: c.Broker.EmbeddedAddr,
