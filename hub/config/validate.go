@@ -39,7 +39,7 @@ func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 	}
 	if c.TLS.CertFile == "" && c.TLS.KeyFile == "" && !c.Insecure {
 		for p, addr := range map[string]string{"grpc.addr": c.GRPC.Addr, "http.addr": c.HTTP.Addr} {
-			if v.OK(p) && !isLoopback(addr) {
+			if v.OK(p) && !settings.IsLoopbackAddr(addr) {
 				v.Add(p, "%s is not a loopback address, and no TLS certificate is set: set tls.cert_file and tls.key_file, or insecure: true to serve plaintext", addr)
 			}
 		}
