@@ -53,6 +53,7 @@ type Auth struct {
 // Merge configures the hub core (hub.Config).
 type Merge struct {
 	EdgeTimeout    time.Duration
+	MaxFuture      time.Duration // how far ahead of the hub's clock a watermark may stand and a window may start
 	Retention      time.Duration
 	Resident       time.Duration
 	CommitInterval time.Duration
