@@ -44,6 +44,10 @@
 //     higher source overrides it: a wrong file stays wrong when the flag
 //     that hides it is removed. A setting that had a problem is left out
 //     of the checks across settings, so one mistake is one problem.
+//   - Neither the embedded broker nor the HTTP server (/metrics, /healthz,
+//     /debug/pprof) has authentication, so each listens beyond loopback
+//     only when its allow_remote setting says so in so many words
+//     (settings.IsLoopbackAddr, which hub/config's plaintext rule shares).
 //   - Unknown YAML fields are errors, with a did-you-mean hint. So are
 //     unknown flags, and RUNNEL_* variables that look like a misspelt
 //     setting.
