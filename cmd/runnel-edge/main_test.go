@@ -3,14 +3,17 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/config"
 	"github.com/runnel-io/runnel/internal/testproc"
 	"github.com/runnel-io/runnel/operators/spec"
@@ -81,5 +84,31 @@ func TestBinaryListsEveryProblem(t *testing.T) {
 	}
 	if got := strings.TrimSuffix(string(out), "\n"); got != "runnel-edge: "+strings.Join(want, "\n") {
 		t.Errorf("got\n%s\nwant\nrunnel-edge: %s", got, strings.Join(want, "\n"))
+	}
+}
+
+// TestNodeConfigSideOutputs: the side outputs' bounds reach the node; the
+// config's max_age 0 (no age limit) is the node's negative MaxAge, since
+// the node takes 0 for its default.
+func TestNodeConfigSideOutputs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want edge.SideOutputs
+	}{
+		{nil, edge.SideOutputs{MaxBytes: 64 << 20, MaxAge: 7 * 24 * time.Hour}},
+		{[]string{"--side-outputs-max-bytes", "10MiB", "--side-outputs-max-age", "36h"}, edge.SideOutputs{MaxBytes: 10 << 20, MaxAge: 36 * time.Hour}},
+		{[]string{"--side-outputs-max-age", "0s"}, edge.SideOutputs{MaxBytes: 64 << 20, MaxAge: -1}},
+	} {
+		c, err := config.Load("", append([]string{"--edge-id", "gw-1", "--data-dir", t.TempDir()}, tc.args...), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nodeConfig(c, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nc.SideOutputs != tc.want {
+			t.Errorf("%q: SideOutputs %+v, want %+v", tc.args, nc.SideOutputs, tc.want)
+		}
 	}
 }
