@@ -68,6 +68,7 @@ type NodeConfig struct {
 // entries a node keeps in its state file (and writes to the outputs the
 // pipelines name). They count toward the disk cap. Past either bound the
 // oldest go first, counted in runnel_edge_side_output_dropped_total.
+// MaxAge < 0: no age limit.
 type SideOutputs struct {
 	MaxBytes int64         // default 64 MiB
 	MaxAge   time.Duration // default 7 days

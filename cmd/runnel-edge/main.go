@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -48,7 +49,7 @@ func main() {
 	var err error
 	switch cmd {
 	case "run":
-		err = run(ctx, args)
+		err = run(ctx, args, os.Environ())
 	case "replay":
 		err = replay(ctx, args)
 	case "outbox":
@@ -171,14 +172,19 @@ func loadPipelines(paths []string) ([]*operators.Pipeline, error) {
 }
 
 // run runs the edge node with the configuration edge/config loads from
-// --config (or RUNNEL_CONFIG), the environment and the flags.
-func run(ctx context.Context, args []string) error {
-	c, err := config.Load("", args, os.Environ())
+// --config (or RUNNEL_CONFIG), environ and the flags in args. Before
+// anything starts, the config and every pipeline file it names are
+// checked together, so that a refusal lists every problem of all of them.
+func run(ctx context.Context, args, environ []string) error {
+	var ps []*operators.Pipeline
+	c, err := config.LoadWithPipelines("", args, environ, func(globs []string) (err error) {
+		ps, err = operators.LoadFiles(globs)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	lg := c.Log.Logger(os.Stderr)
-	var ps []*operators.Pipeline
 	if len(c.Pipelines) == 0 {
 		p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)
 		if err != nil {
@@ -186,9 +192,26 @@ func run(ctx context.Context, args []string) error {
 		}
 		ps = append(ps, p)
 		lg.Info("runnel-edge: no pipelines configured; running the built-in demo pipeline", "pipeline", p.Name)
-	} else if ps, err = operators.LoadFiles(c.Pipelines); err != nil {
+	}
+	nc, err := nodeConfig(c, ps, lg)
+	if err != nil {
 		return err
 	}
+	if c.MemoryLimit > 0 {
+		debug.SetMemoryLimit(c.MemoryLimit)
+	}
+	// A second signal, or the shutdown timeout, ends a drain that hangs.
+	go func() {
+		<-ctx.Done()
+		time.Sleep(c.ShutdownTimeout)
+		lg.Error("runnel-edge: shutdown timed out; exiting without a final checkpoint", "timeout", c.ShutdownTimeout)
+		os.Exit(1)
+	}()
+	return edge.Run(ctx, nc)
+}
+
+// nodeConfig translates the loaded config into the node's.
+func nodeConfig(c *config.Config, ps []*operators.Pipeline, lg *slog.Logger) (edge.NodeConfig, error) {
 	nc := edge.NodeConfig{
 		EdgeID: c.EdgeID, DataDir: c.DataDir, Pipelines: ps, EmbeddedAddr: c.Broker.EmbeddedAddr,
 		Broker: mqtt.Config{
@@ -203,10 +226,14 @@ func run(ctx context.Context, args []string) error {
 			Sync:        map[config.SyncMode]ingestlog.SyncPolicy{config.SyncGroup: ingestlog.SyncGroup, config.SyncAlways: ingestlog.SyncAlways, config.SyncNever: ingestlog.SyncNever}[c.IngestLog.Sync],
 			Compression: map[config.Compression]ingestlog.Compression{config.CompressionNone: ingestlog.CompressionNone, config.CompressionZstd: ingestlog.CompressionZstd}[c.IngestLog.Compression],
 		},
-		Runtime:  operators.Options{DedupWindow: c.Dedup.IDs},
-		DiskCap:  c.DiskCap.Bytes,
-		HTTPAddr: c.HTTP.Addr,
-		Logger:   lg,
+		Runtime:     operators.Options{DedupWindow: c.Dedup.IDs},
+		DiskCap:     c.DiskCap.Bytes,
+		SideOutputs: edge.SideOutputs{MaxBytes: c.SideOutputs.MaxBytes, MaxAge: c.SideOutputs.MaxAge},
+		HTTPAddr:    c.HTTP.Addr,
+		Logger:      lg,
+	}
+	if c.SideOutputs.MaxAge == 0 {
+		nc.SideOutputs.MaxAge = -1 // the config's "no age limit"; 0 is the node's default
 	}
 	if c.Broker.URL != "" {
 		nc.Broker.Brokers = []string{c.Broker.URL}
@@ -223,7 +250,7 @@ func run(ctx context.Context, args []string) error {
 			if c.Uplink.CAFile != "" {
 				pem, err := os.ReadFile(c.Uplink.CAFile)
 				if err != nil {
-					return err
+					return edge.NodeConfig{}, err
 				}
 				up.TLS.RootCAs = x509.NewCertPool()
 				up.TLS.RootCAs.AppendCertsFromPEM(pem)
@@ -232,17 +259,7 @@ func run(ctx context.Context, args []string) error {
 		nc.Uplink = up
 	}
 	nc.DropAtCap = c.DiskCap.Policy == config.PolicyDropRaw
-	if c.MemoryLimit > 0 {
-		debug.SetMemoryLimit(c.MemoryLimit)
-	}
-	// A second signal, or the shutdown timeout, ends a drain that hangs.
-	go func() {
-		<-ctx.Done()
-		time.Sleep(c.ShutdownTimeout)
-		lg.Error("runnel-edge: shutdown timed out; exiting without a final checkpoint", "timeout", c.ShutdownTimeout)
-		os.Exit(1)
-	}()
-	return edge.Run(ctx, nc)
+	return nc, nil
 }
 
 func outbox(ctx context.Context, args []string) error {

@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -43,14 +42,24 @@ func main() {
 // run runs the hub until ctx ends, then shuts the server down and closes
 // the store.
 func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
-	c, err := config.Load("", args, environ)
+	// The config and every pipeline file it names are checked together,
+	// so that a refusal lists every problem of all of them.
+	var ps []*operators.Pipeline
+	c, err := config.LoadWithPipelines("", args, environ, func(globs []string) (err error) {
+		ps, err = operators.LoadFiles(globs)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	lg := c.Log.Logger(logOut)
-	ps, err := loadPipelines(c.Pipelines, lg)
-	if err != nil {
-		return err
+	if len(c.Pipelines) == 0 {
+		p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)
+		if err != nil {
+			return err
+		}
+		lg.Info("runnel-hub: no pipelines configured; merging the built-in demo pipeline", "pipeline", p.Name)
+		ps = []*operators.Pipeline{p}
 	}
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return err
@@ -75,20 +84,6 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	err = srv.Serve(ctx, c.ShutdownTimeout)
 	lg.Info("runnel-hub: stopping")
 	return errors.Join(err, h.Close())
-}
-
-// loadPipelines reads and compiles the pipeline specs (globs expanded);
-// none: the built-in demo pipeline.
-func loadPipelines(globs []string, lg *slog.Logger) ([]*operators.Pipeline, error) {
-	if len(globs) > 0 {
-		return operators.LoadFiles(globs)
-	}
-	p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)
-	if err != nil {
-		return nil, err
-	}
-	lg.Info("runnel-hub: no pipelines configured; merging the built-in demo pipeline", "pipeline", p.Name)
-	return []*operators.Pipeline{p}, nil
 }
 
 func version() string {

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runnel-io/runnel/hub/config"
+	"github.com/runnel-io/runnel/operators/spec"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -129,5 +130,49 @@ func TestRunRefuses(t *testing.T) {
 	err = run(ctx, []string{"--pipeline", bad, "--data-dir", dir}, nil, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("bad pipeline: %v", err)
+	}
+}
+
+// TestRunListsEveryProblem: the hub refuses a bad config and its bad
+// pipeline files together, every problem listed with its position, the
+// config's first and then each file's in the order the config names them.
+func TestRunListsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const good = "name: %s\nsource: {mqtt: {topic: \"plant/+/temp\"}}\nevent_time: {field: ts}\nwindow: {tumbling: 1m}\naggregates: {n: count()}\n"
+	named := func(name string) string { return strings.Replace(good, "%s", name, 1) }
+	cfg := write("hub.yaml", "data_dir: data\nmerge: {key_groups: 0}\npipelines: [syntax.yaml, semantic.yaml, a.yaml, b.yaml]\n")
+	syntax := write("syntax.yaml", named("one")+"filter: 'temp > 1\n")
+	semantic := write("semantic.yaml", strings.Replace(named("two"), "count()", "count(", 1))
+	a := write("a.yaml", named("three"))
+	b := write("b.yaml", named("three"))
+	err := run(context.Background(), []string{"--config", cfg}, []string{"RUNNEL_HUB_LOG_LEVEL=loud"}, io.Discard)
+	want := []string{
+		cfg + ":2:21: merge.key_groups: 0 is out of range; must be 1 to 32768",
+		`env RUNNEL_HUB_LOG_LEVEL: unknown value "loud"; use info, debug, warn or error`,
+		syntax + ":6:9: invalid YAML: found unexpected end of stream (a quote is not closed)",
+		semantic + `:5:22: aggregates.n: missing ")" to close the argument list`,
+		b + `:1:7: name: "three" is also the name of ` + a + "; pipelines are kept by name, so each needs its own",
+	}
+	if !errors.Is(err, config.ErrInvalid) || !errors.Is(err, spec.ErrInvalid) {
+		t.Errorf("error matches not both config.ErrInvalid and spec.ErrInvalid: %v", err)
+	}
+	var lines []string
+	if err != nil {
+		lines = strings.Split(err.Error(), "\n")
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d problems, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("problem %d:\n got %s\nwant %s...", i+1, lines[i], w)
+		}
 	}
 }

@@ -31,6 +31,7 @@ type Config struct {
 	Checkpoint      Checkpoint
 	IngestLog       IngestLog
 	DiskCap         DiskCap
+	SideOutputs     SideOutputs
 	Dedup           Dedup
 	Uplink          Uplink
 	HTTP            HTTP
@@ -47,8 +48,12 @@ type Broker struct {
 	URL          string
 	Protocol     Protocol // MQTT version
 	EmbeddedAddr string
-	ClientID     string // default "runnel-" + EdgeID
-	Username     string
+	// EmbeddedAllowRemote lets EmbeddedAddr be beyond loopback. The
+	// embedded broker has no authentication, so that is a decision
+	// someone must write down.
+	EmbeddedAllowRemote bool
+	ClientID            string // default "runnel-" + EdgeID
+	Username            string
 	// Password holds the password however it was given: after Load, the
 	// contents of PasswordFile (without its final line break) when that
 	// was set. Never log it.
@@ -96,10 +101,18 @@ type IngestLog struct {
 	Compression Compression
 }
 
-// DiskCap bounds the disk the ingest log and the outbox may use together.
+// DiskCap bounds the disk the ingest log, the outbox and the side outputs
+// may use together.
 type DiskCap struct {
 	Bytes  int64 // 0: no cap
 	Policy DiskPolicy
+}
+
+// SideOutputs bounds the dead letters, late records and quarantined
+// outbox entries the edge keeps in its state file (edge.SideOutputs).
+type SideOutputs struct {
+	MaxBytes int64         // > 0, and at most half of DiskCap.Bytes when that is set
+	MaxAge   time.Duration // 0: no age limit, only MaxBytes
 }
 
 // Dedup configures the dropping of MQTT redeliveries by event id.
@@ -122,7 +135,10 @@ type Uplink struct {
 
 // HTTP configures the metrics and health endpoint.
 type HTTP struct {
-	Addr string // host:port for /metrics and /healthz; empty: off
+	Addr string // host:port for /metrics, /healthz and /debug/pprof; empty: off
+	// AllowRemote lets Addr be beyond loopback. The endpoints have no
+	// authentication, so that is a decision someone must write down.
+	AllowRemote bool
 }
 
 // Protocol is the MQTT version the edge speaks to the broker.

@@ -43,6 +43,7 @@ func wantDefaults(host string) *Config {
 		Checkpoint:      Checkpoint{Interval: time.Second},
 		IngestLog:       IngestLog{SegmentSize: 64 << 20, Sync: SyncGroup, SyncDelay: 2 * time.Millisecond, Compression: CompressionNone},
 		DiskCap:         DiskCap{Bytes: 1 << 30, Policy: PolicyBlock},
+		SideOutputs:     SideOutputs{MaxBytes: 64 << 20, MaxAge: 7 * 24 * time.Hour},
 		Dedup:           Dedup{IDs: 16384},
 		Uplink:          Uplink{BatchEntries: 500},
 		HTTP:            HTTP{Addr: "127.0.0.1:9464"},
@@ -130,6 +131,10 @@ func TestPrecedence(t *testing.T) {
 		base := []string{}
 		if strings.HasPrefix(tc.path, "broker.tls.") {
 			base = []string{"--broker-url=mqtts://broker:8883"}
+		}
+		// Beyond loopback, the HTTP server must be allowed to listen.
+		if tc.path == "http.addr" {
+			base = []string{"--http-allow-remote"}
 		}
 		def, err := loadData("", "", base, nil)
 		if err != nil {
@@ -376,6 +381,7 @@ func TestValidate(t *testing.T) {
 			"ingest_log.sync_delay: 0s is out of range; must be 1ms to 1s",
 			`ingest_log.compression: unknown value ""; use none or zstd`,
 			`disk_cap.policy: unknown value ""; use block or drop_raw`,
+			"side_outputs.max_bytes: must be greater than 0, got 0B",
 			"dedup.ids: 0 is out of range; must be 1 to 16777216",
 			"uplink.batch_entries: 0 is out of range; must be 1 to 100000",
 			`log.level: unknown value ""; use info, debug, warn or error`,
@@ -405,12 +411,30 @@ func TestValidate(t *testing.T) {
 			"broker.session_expiry: an MQTT v5 setting, and broker.protocol (3.1.1) asks for v3.1.1, which has none: the broker's own setting (Mosquitto: persistent_client_expiration) decides how long it keeps the session. Remove it",
 		}, "\n")},
 		{"v5 settings with v5", func(c *Config) { c.Broker.ReceiveMaximum, c.Broker.SessionExpiry = 10, time.Hour }, ""},
-		{"disk cap", func(c *Config) { c.DiskCap.Bytes = 100 << 20 },
-			"disk_cap.bytes: disk_cap.bytes 100MiB is less than two ingest log segments of 64MiB: the log needs one segment to write while a checkpoint frees the last"},
+		{"disk cap", func(c *Config) { c.DiskCap.Bytes = 100 << 20 }, strings.Join([]string{
+			"disk_cap.bytes: disk_cap.bytes 100MiB is less than two ingest log segments of 64MiB: the log needs one segment to write while a checkpoint frees the last",
+			"side_outputs.max_bytes: 64MiB is more than half of disk_cap.bytes (100MiB): side outputs count toward the disk cap, and at least half of it is left to the ingest log and the outbox",
+		}, "\n")},
 		{"no disk cap", func(c *Config) { c.DiskCap.Bytes = 0 }, ""},
-		{"addresses collide", func(c *Config) { c.HTTP.Addr = ":1883" },
+		{"side outputs: half the disk cap", func(c *Config) { c.SideOutputs.MaxBytes = c.DiskCap.Bytes / 2 }, ""},
+		{"side outputs: over half the disk cap", func(c *Config) { c.SideOutputs.MaxBytes = c.DiskCap.Bytes/2 + 1 },
+			"side_outputs.max_bytes: 536870913B is more than half of disk_cap.bytes (1GiB): side outputs count toward the disk cap, and at least half of it is left to the ingest log and the outbox"},
+		{"side outputs: no disk cap", func(c *Config) { c.DiskCap.Bytes, c.SideOutputs.MaxBytes = 0, 1<<40 }, ""},
+		{"side outputs: zero", func(c *Config) { c.SideOutputs = SideOutputs{} }, "side_outputs.max_bytes: must be greater than 0, got 0B"},
+		{"embedded broker beyond loopback", func(c *Config) { c.Broker.EmbeddedAddr = "0.0.0.0:1883" },
+			"broker.embedded_addr: 0.0.0.0:1883 is not a loopback address, and the embedded broker has no authentication: anyone on the network could publish readings or read them. " +
+				"Listen on 127.0.0.1, or set broker.embedded_allow_remote: true (--broker-embedded-allow-remote) to allow it"},
+		{"embedded broker beyond loopback, allowed", func(c *Config) { c.Broker.EmbeddedAddr, c.Broker.EmbeddedAllowRemote = "0.0.0.0:1883", true }, ""},
+		{"embedded broker on localhost", func(c *Config) { c.Broker.EmbeddedAddr = "localhost:1883" }, ""},
+		{"embedded broker unused", func(c *Config) { c.Broker.EmbeddedAddr, c.Broker.URL = ":1883", "mqtt://b:1883" }, ""},
+		{"http beyond loopback", func(c *Config) { c.HTTP.Addr = "192.168.1.20:9464" },
+			"http.addr: 192.168.1.20:9464 is not a loopback address, and /metrics, /healthz and /debug/pprof have no authentication: anyone on the network could read the edge's metrics and profile it. " +
+				"Listen on 127.0.0.1, or set http.allow_remote: true (--http-allow-remote) to allow it"},
+		{"http on every interface, allowed", func(c *Config) { c.HTTP.Addr, c.HTTP.AllowRemote = ":9464", true }, ""},
+		{"http off", func(c *Config) { c.HTTP.Addr = "" }, ""},
+		{"addresses collide", func(c *Config) { c.HTTP.Addr, c.HTTP.AllowRemote = ":1883", true },
 			"http.addr: same address as broker.embedded_addr (\"127.0.0.1:1883\"); the embedded broker and the HTTP server cannot both listen there"},
-		{"addresses with an external broker", func(c *Config) { c.HTTP.Addr = ":1883"; c.Broker.URL = "mqtt://b" }, ""},
+		{"addresses with an external broker", func(c *Config) { c.HTTP.Addr, c.HTTP.AllowRemote, c.Broker.URL = ":1883", true, "mqtt://b" }, ""},
 		{"data dir is a file", func(c *Config) { c.DataDir = notDir }, "data_dir: " + notDir + " exists and is not a directory"},
 		{"pipeline missing", func(c *Config) { c.Pipelines = []string{dir, notDir + ".nope", notDir, notDir} }, strings.Join([]string{
 			"pipelines: " + dir + " is a directory; to load every spec in it, write " + dir + "/*.yaml",
@@ -736,6 +760,160 @@ func TestProtocolSources(t *testing.T) {
 			}
 			if c.Broker.Protocol != tc.want {
 				t.Fatalf("Protocol = %q, want %q", c.Broker.Protocol, tc.want)
+			}
+		})
+	}
+}
+
+// TestYAMLSyntaxPositions: a YAML syntax error in the config file is
+// reported at its line and column, worded as in a pipeline spec.
+func TestYAMLSyntaxPositions(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"unclosed quote", "edge_id: gw-1\ndata_dir: \"/var/lib/runnel\nlog: {level: debug}\n",
+			`edge.yaml:2:11: invalid YAML: found unexpected end of stream (a quote is not closed)`},
+		{"bad indentation", "broker:\n  url: mqtt://b:1883\n  reconnect:\n    min: 1s\n   max: 30s\n",
+			`edge.yaml:5:4: invalid YAML: did not find expected key (check the indentation of this line)`},
+		{"tab", "broker:\n  url: mqtt://b:1883\n\tkeep_alive: 30s\n",
+			`edge.yaml:3:1: invalid YAML: found a tab character that violates indentation (indent with spaces, not tabs)`},
+		{"unclosed [", "edge_id: gw-1\npipelines: [a.yaml, b.yaml\nlog: {level: debug}\n",
+			`edge.yaml:2:12: invalid YAML: did not find expected ',' or ']' (a [ list is not closed)`},
+		{"unclosed {", "edge_id: gw-1\ncheckpoint: {interval: 1s\nlog: {level: debug}\n",
+			`edge.yaml:2:13: invalid YAML: did not find expected ',' or '}' (a { mapping is not closed)`},
+		{"value with \": \"", "edge_id: gw-1\nbroker: {url: mqtt://b:1883}\nuplink:\n  hub: hub: 7443\n",
+			`edge.yaml:4:11: invalid YAML: mapping values are not allowed in this context (a value contains ": "; quote it, or check the indentation)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadData("edge.yaml", tc.file, nil, nil)
+			var e *Error
+			if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("got %v, want *Error", err)
+			}
+			if len(e.Problems) != 1 || e.Problems[0].Error() != tc.want {
+				t.Errorf("got\n  %v\nwant\n  %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadWithPipelines: the pipeline files are checked even when other
+// settings have problems, with only the items the config's own checks
+// passed, and their problems come after the config's.
+func TestLoadWithPipelines(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	for _, p := range []string{a, b} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	errPipelines := errors.New(a + ":1:1: bad spec")
+	for _, tc := range []struct {
+		name      string
+		file      string
+		args      []string
+		checkErr  error
+		wantGlobs []string // nil: check is not called
+		want      []string // the error's lines; nil: no error
+	}{
+		{"good", "pipelines: [a.yaml, b.yaml]\n", nil, nil, []string{a, b}, nil},
+		{"other problems", "pipelines: [a.yaml, '*.yml']\ncheckpoint: {interval: 0s}\n", []string{"--log-level", "loud"}, errPipelines,
+			[]string{a, filepath.Join(dir, "*.yml")}, []string{
+				"edge.yaml:2:24: checkpoint.interval: must be greater than 0, got 0s",
+				`flag --log-level: unknown value "loud"; use info, debug, warn or error`,
+				errPipelines.Error(),
+			}},
+		{"items the config refuses", "pipelines: [a.yaml, missing.yaml, a.yaml, b.yaml]\n", nil, errPipelines,
+			[]string{a, b}, []string{
+				"edge.yaml:1:21: pipelines[1]: cannot read pipeline " + missing + ": no such file or directory",
+				"edge.yaml:1:35: pipelines[2]: " + a + " is listed twice (also item 1)",
+				errPipelines.Error(),
+			}},
+		{"only pipelines are bad", "pipelines: a.yaml\n", nil, errPipelines, []string{a}, []string{errPipelines.Error()}},
+		{"no pipelines", "edge_id: x\n", nil, nil, nil, nil},
+		{"the setting is bad", "pipelines: {a: 1}\n", nil, nil, nil, []string{
+			"edge.yaml:1:12: pipelines: expected a list of paths, such as [pipelines/*.yaml], got a mapping",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, "edge.yaml")
+			if err := os.WriteFile(file, []byte(tc.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var globs []string
+			called := false
+			_, err := loadWith(file, tc.args, nil, func() (string, error) { return "gw-test", nil }, settings.ReadFile, func(g []string) error {
+				called, globs = true, g
+				return tc.checkErr
+			})
+			if !called && tc.wantGlobs != nil || called && tc.wantGlobs == nil || !slices.Equal(globs, tc.wantGlobs) {
+				t.Errorf("check called %v with %q, want %q", called, globs, tc.wantGlobs)
+			}
+			var got []string
+			if err != nil {
+				got = strings.Split(strings.ReplaceAll(err.Error(), file, "edge.yaml"), "\n")
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			if tc.checkErr != nil && !errors.Is(err, tc.checkErr) {
+				t.Errorf("error does not match check's: %v", err)
+			}
+			var e *Error
+			if len(tc.want) > 1 && (!errors.Is(err, ErrInvalid) || !errors.As(err, &e)) {
+				t.Errorf("error does not match ErrInvalid or is no *Error: %v", err)
+			}
+		})
+	}
+}
+
+// TestListenersAndSideOutputs: the rules of the side outputs' quota and of
+// the listeners beyond loopback, from every source, placed at the value
+// the user gave.
+func TestListenersAndSideOutputs(t *testing.T) {
+	const why = ": side outputs count toward the disk cap, and at least half of it is left to the ingest log and the outbox"
+	for _, tc := range []struct {
+		name    string
+		file    string
+		args    []string
+		environ []string
+		want    string // "" for valid
+	}{
+		{"cap set, quota default", "disk_cap: {bytes: 100MiB}\ningest_log: {segment_size: 1MiB}\n", nil, nil,
+			"edge.yaml:1:19: disk_cap.bytes: 100MiB is less than twice side_outputs.max_bytes (64MiB, the default)" + why},
+		{"quota set, cap default", "", []string{"--side-outputs-max-bytes", "600MiB"}, nil,
+			"flag --side-outputs-max-bytes: 600MiB is more than half of disk_cap.bytes (1GiB, the default)" + why},
+		{"both set", "side_outputs: {max_bytes: 60MiB}\n", nil, []string{"RUNNEL_DISK_CAP_BYTES=100MiB", "RUNNEL_INGEST_LOG_SEGMENT_SIZE=1MiB"},
+			"edge.yaml:1:27: side_outputs.max_bytes: 60MiB is more than half of disk_cap.bytes (100MiB, from env RUNNEL_DISK_CAP_BYTES)" + why},
+		{"quota with no cap", "disk_cap: {bytes: 0}\nside_outputs: {max_bytes: 1TiB}\n", nil, nil, ""},
+		{"quota zero", "", []string{"--side-outputs-max-bytes=0"}, nil, "flag --side-outputs-max-bytes: must be greater than 0, got 0B"},
+		{"no age limit", "side_outputs: {max_age: 0s}\n", nil, nil, ""},
+		{"embedded broker beyond loopback", "", nil, []string{"RUNNEL_EMBEDDED_BROKER_ADDR=0.0.0.0:1883"},
+			"env RUNNEL_EMBEDDED_BROKER_ADDR: 0.0.0.0:1883 is not a loopback address, and the embedded broker has no authentication"},
+		{"embedded broker beyond loopback, allowed", "", []string{"--broker-embedded-allow-remote"}, []string{"RUNNEL_EMBEDDED_BROKER_ADDR=0.0.0.0:1883"}, ""},
+		{"embedded broker by host name", "broker: {embedded_addr: 'gw-1.local:1883'}\n", nil, nil,
+			"edge.yaml:1:25: broker.embedded_addr: gw-1.local:1883 is not a loopback address"},
+		{"external broker", "broker: {url: 'mqtt://b:1883', embedded_addr: ':1883'}\n", nil, nil, ""},
+		{"http beyond loopback", "http: {addr: ':9464'}\n", nil, nil,
+			"edge.yaml:1:14: http.addr: :9464 is not a loopback address, and /metrics, /healthz and /debug/pprof have no authentication"},
+		{"http beyond loopback, allowed", "http: {addr: ':9464', allow_remote: true}\n", nil, nil, ""},
+		{"http on ::1", "", []string{"--http-addr", "[::1]:9464"}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := ""
+			if tc.file != "" {
+				path = "edge.yaml"
+			}
+			c, err := loadData(path, tc.file, tc.args, tc.environ)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n")):
+				t.Errorf("got\n  %v\nwant one problem\n  %s...", err, tc.want)
+			case tc.name == "no age limit" && c.SideOutputs.MaxAge != 0:
+				t.Errorf("max_age %v, want 0", c.SideOutputs.MaxAge)
 			}
 		})
 	}

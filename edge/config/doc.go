@@ -44,6 +44,10 @@
 //     higher source overrides it: a wrong file stays wrong when the flag
 //     that hides it is removed. A setting that had a problem is left out
 //     of the checks across settings, so one mistake is one problem.
+//   - Neither the embedded broker nor the HTTP server (/metrics, /healthz,
+//     /debug/pprof) has authentication, so each listens beyond loopback
+//     only when its allow_remote setting says so in so many words
+//     (settings.IsLoopbackAddr, which hub/config's plaintext rule shares).
 //   - Unknown YAML fields are errors, with a did-you-mean hint. So are
 //     unknown flags, and RUNNEL_* variables that look like a misspelt
 //     setting.
@@ -61,7 +65,10 @@
 //     and key, the password file, plain pipeline paths) and stat data_dir,
 //     so that a config that loads does not fail at start for a reason in
 //     the config. Pipeline globs are only checked for syntax: pipelines
-//     may be pushed by the hub later.
+//     may be pushed by the hub later. The pipeline files themselves are
+//     parsed and compiled by the check LoadWithPipelines is given
+//     (operators.LoadFiles, in runnel-edge), which runs even when other
+//     settings have problems; its problems follow the config's.
 //   - The flag package stops at the first unknown flag; Load reports it and
 //     resumes after it (and after its value, when the next argument does
 //     not start with -).
@@ -70,9 +77,8 @@
 //     repeats in environ, the first wins, as with os.Getenv.
 //   - Sub-millisecond durations are refused (spec.ParseDuration's
 //     resolution); no edge setting needs finer.
-//   - YAML syntax errors are positioned by operators/spec (which knows the
-//     YAML library's quirks); their position is a line, sometimes the line
-//     where the enclosing block starts.
+//   - YAML syntax errors are worded and positioned by operators/spec
+//     (spec.YAMLProblem), at a line and column, as in pipeline specs.
 //   - Broker.Password is never echoed in messages; give it by variable or
 //     file, since flags show in ps.
 package config

@@ -102,7 +102,10 @@ variable or a command-line flag.
 The edge refuses to start and lists every problem at once, in the file, the
 environment and the flags, each named by where it came from: the file by
 line and column and the setting's path, a variable or flag by its name.
-Unknown settings get a did-you-mean hint. For example, with this edge.yaml
+Unknown settings get a did-you-mean hint. The pipeline files the config
+names are checked with it: their problems follow the config's, file by file
+in the order of ` + "`pipelines`" + `, each at its line and column. For
+example, with this edge.yaml
 
 ` + "```yaml\n" + docsBadFile + "```" + `
 

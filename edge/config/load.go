@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 
 	"github.com/runnel-io/runnel/internal/settings"
@@ -35,9 +36,42 @@ func Load(path string, args, environ []string) (*Config, error) {
 	return load(path, args, environ, os.Hostname, settings.ReadFile)
 }
 
+// CheckPipelines reads, parses and compiles pipeline spec files, given as
+// files and globs in the order of the pipelines setting, and returns every
+// problem of every file at once, or nil. runnel-edge passes a function
+// around operators.LoadFiles that keeps the pipelines it compiles; the
+// type is a function so that config stays a leaf package, importing none
+// of the packages the command wires it to.
+type CheckPipelines func(globs []string) error
+
+// LoadWithPipelines is Load, and also checks the pipeline files the config
+// names with check, so that an edge that will not start says at once
+// everything that keeps it from starting: its config's problems and each
+// pipeline file's.
+//
+// check runs whenever the pipelines setting has no problem of its own and
+// is not empty, even when other settings have problems. It is given the
+// items that passed the config's checks: a plain path that does not exist,
+// or one listed twice, is the config's problem, placed at the line, flag
+// or variable that gave it, and is not read again.
+//
+// The error joins (errors.Join) Load's *Error and then check's error, the
+// order a user fixes them in. errors.As finds the *Error; errors.Is
+// matches ErrInvalid, and whatever check's error matches
+// (spec.ErrInvalid). As with Load, a Config comes back only without error.
+func LoadWithPipelines(path string, args, environ []string, check CheckPipelines) (*Config, error) {
+	return loadWith(path, args, environ, os.Hostname, settings.ReadFile, check)
+}
+
 // load is Load with the hostname and the file system as parameters, for
 // tests and the fuzzer.
 func load(path string, args, environ []string, hostname func() (string, error), read func(string) ([]byte, error)) (*Config, error) {
+	return loadWith(path, args, environ, hostname, read, nil)
+}
+
+// loadWith is LoadWithPipelines with the hostname and the file system as
+// parameters; check may be nil.
+func loadWith(path string, args, environ []string, hostname func() (string, error), read func(string) ([]byte, error), check CheckPipelines) (*Config, error) {
 	c, ch, err := table.Load(path, args, environ, read)
 	if err != nil {
 		return nil, err
@@ -57,8 +91,14 @@ func load(path string, args, environ []string, hostname func() (string, error), 
 		}
 	}
 	c.fillDerived("")
-	crossChecks(ch, c)
-	if err := ch.Err(); err != nil {
+	pipelines := crossChecks(ch, c)
+	err = ch.Err() // nil, or an *Error: Load's contract
+	if check != nil && len(pipelines) > 0 {
+		if perr := check(pipelines); perr != nil {
+			err = errors.Join(err, perr)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return c, nil

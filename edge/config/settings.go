@@ -51,8 +51,11 @@ var table = settings.New(settings.Table[Config]{
 			Doc:   "MQTT version spoken to the broker: 5, or 3.1.1 for brokers or policies that allow nothing newer. 3.1.1 lacks Receive Maximum, so back-pressure is the broker's own in-flight limit (Mosquitto: max_inflight_messages; keep it at most 1024) and then TCP; it lacks session expiry, so the broker's policy (Mosquitto: persistent_client_expiration) decides how long it keeps the session; and it lacks user properties, so mqtt outputs publish without their result_id.",
 			Value: settings.Enum(func(c *Config) *Protocol { return &c.Broker.Protocol }, ProtocolV5, ProtocolV311)},
 		{Path: "broker.embedded_addr", Flag: "embedded-broker-addr", Env: "RUNNEL_EMBEDDED_BROKER_ADDR", Default: "127.0.0.1:1883",
-			Doc:   "Where the embedded broker listens when broker.url is empty. Binding beyond loopback lets other hosts publish without authentication.",
+			Doc:   "Where the embedded broker listens when broker.url is empty. Loopback only, unless broker.embedded_allow_remote is true.",
 			Value: settings.String(func(c *Config) *string { return &c.Broker.EmbeddedAddr }, checkAddr)},
+		{Path: "broker.embedded_allow_remote", Flag: "broker-embedded-allow-remote", Env: "RUNNEL_BROKER_EMBEDDED_ALLOW_REMOTE", Default: "false",
+			Doc:   "Let broker.embedded_addr be beyond loopback (0.0.0.0, a LAN address, a host name other than localhost). The embedded broker has no authentication: anyone who can reach it can publish readings and read them.",
+			Value: settings.Bool(func(c *Config) *bool { return &c.Broker.EmbeddedAllowRemote })},
 		{Path: "broker.client_id", Flag: "broker-client-id", Env: "RUNNEL_BROKER_CLIENT_ID", DefaultDoc: `"runnel-" + edge_id`, Example: "runnel-gw-001",
 			Doc:   "MQTT client id; the broker keeps the persistent session under it, so changing it loses messages queued for the old one.",
 			Value: settings.String(func(c *Config) *string { return &c.Broker.ClientID }, checkClientID)},
@@ -114,11 +117,18 @@ var table = settings.New(settings.Table[Config]{
 			Value: settings.Enum(func(c *Config) *Compression { return &c.IngestLog.Compression }, CompressionNone, CompressionZstd)},
 
 		{Path: "disk_cap.bytes", Flag: "disk-cap-bytes", Env: "RUNNEL_DISK_CAP_BYTES", Default: "1GiB",
-			Doc:   "Most disk the ingest log and the outbox may use together; 0: no cap. At least two ingest log segments.",
+			Doc:   "Most disk the ingest log, the outbox and the side outputs may use together; 0: no cap. At least two ingest log segments, and twice side_outputs.max_bytes.",
 			Value: settings.Size(func(c *Config) *int64 { return &c.DiskCap.Bytes }, nil)},
 		{Path: "disk_cap.policy", Flag: "disk-cap-policy", Env: "RUNNEL_DISK_CAP_POLICY", Default: "block",
 			Doc:   "At the cap: block (stop acknowledging MQTT; the broker holds the data, up to its own limits) or drop_raw (acknowledge and drop incoming readings while at the cap, counted in runnel_edge_disk_cap_dropped_total; the outbox's aggregates are never dropped).",
 			Value: settings.Enum(func(c *Config) *DiskPolicy { return &c.DiskCap.Policy }, PolicyBlock, PolicyDropRaw)},
+
+		{Path: "side_outputs.max_bytes", Flag: "side-outputs-max-bytes", Env: "RUNNEL_SIDE_OUTPUTS_MAX_BYTES", Default: "64MiB",
+			Doc:   "Most bytes the dead letters, late records and quarantined outbox entries may take together in the state file; they count toward disk_cap.bytes. Past it the oldest are dropped first, counted in runnel_edge_side_output_dropped_total. Greater than 0, and at most half of disk_cap.bytes when that is set.",
+			Value: settings.Size(func(c *Config) *int64 { return &c.SideOutputs.MaxBytes }, positiveSize)},
+		{Path: "side_outputs.max_age", Flag: "side-outputs-max-age", Env: "RUNNEL_SIDE_OUTPUTS_MAX_AGE", Default: "7d",
+			Doc:   "How long side output entries are kept; older ones are dropped, counted. 0: kept until max_bytes pushes them out.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.SideOutputs.MaxAge }, nil)},
 
 		{Path: "dedup.ids", Flag: "dedup-ids", Env: "RUNNEL_DEDUP_IDS", Default: "16384",
 			Doc:   "How many of the latest event ids each pipeline that declares event_id remembers to drop MQTT redeliveries (1 to 16777216). Redeliveries are the unacknowledged tail, bounded by the receive maximum and one group commit, so a few thousand suffice; a redelivery older than this many messages counts twice.",
@@ -147,8 +157,11 @@ var table = settings.New(settings.Table[Config]{
 			Value: settings.Int(func(c *Config) *int { return &c.Uplink.BatchEntries }, 1, 100000)},
 
 		{Path: "http.addr", Flag: "http-addr", Env: "RUNNEL_HTTP_ADDR", Default: "127.0.0.1:9464",
-			Doc:   "host:port of the HTTP server for /metrics (Prometheus) and /healthz. Empty: no HTTP server.",
+			Doc:   "host:port of the HTTP server for /metrics (Prometheus), /healthz and /debug/pprof. Loopback only, unless http.allow_remote is true. Empty: no HTTP server.",
 			Value: settings.String(func(c *Config) *string { return &c.HTTP.Addr }, settings.OrEmpty(checkAddr))},
+		{Path: "http.allow_remote", Flag: "http-allow-remote", Env: "RUNNEL_HTTP_ALLOW_REMOTE", Default: "false",
+			Doc:   "Let http.addr be beyond loopback. /metrics, /healthz and /debug/pprof have no authentication: anyone who can reach them can read the edge's metrics and profile it. Put a proxy with authentication in front, or scrape over loopback, rather than set this.",
+			Value: settings.Bool(func(c *Config) *bool { return &c.HTTP.AllowRemote })},
 	}, settings.LogSettings("RUNNEL_", func(c *Config) *settings.Log { return &c.Log })...),
 })
 
@@ -280,6 +293,14 @@ func mqttSeconds(hi int64) func(time.Duration) error {
 		}
 		return nil
 	}
+}
+
+// positiveSize refuses a size of 0.
+func positiveSize(n int64) error {
+	if n <= 0 {
+		return fmt.Errorf("must be greater than 0, got %s", settings.ShowBytes(n))
+	}
+	return nil
 }
 
 func atLeast(lo int64) func(int64) error {

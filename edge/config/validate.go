@@ -25,8 +25,9 @@ const (
 
 // crossChecks checks the rules between settings of c, and the files
 // settings name, reporting to v: from Load, which knows where each value
-// came from, or from Validate.
-func crossChecks(v *settings.Checker[Config], c *Config) {
+// came from, or from Validate. It returns the pipeline files and globs
+// fit to be read (see LoadWithPipelines).
+func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 	b := &c.Broker
 
 	// TLS only means something for an mqtts:// broker: TLS settings with a
@@ -130,7 +131,7 @@ func crossChecks(v *settings.Checker[Config], c *Config) {
 	}
 
 	v.DataDir("data_dir", c.DataDir)
-	v.SpecFiles("pipelines", c.Pipelines)
+	pipelines = v.SpecFiles("pipelines", c.Pipelines)
 
 	const capBytes, seg = "disk_cap.bytes", "ingest_log.segment_size"
 	if v.OK(capBytes, seg) && c.DiskCap.Bytes > 0 && c.DiskCap.Bytes < 2*c.IngestLog.SegmentSize {
@@ -139,11 +140,34 @@ func crossChecks(v *settings.Checker[Config], c *Config) {
 			settings.ShowBytes(c.DiskCap.Bytes), settings.ShowBytes(c.IngestLog.SegmentSize))
 	}
 
+	// Side outputs count toward the disk cap with a quota of their own,
+	// which must leave most of the cap to the ingest log and the outbox.
+	const sideMax = "side_outputs.max_bytes"
+	if v.OK(capBytes, sideMax) && c.DiskCap.Bytes > 0 && c.SideOutputs.MaxBytes > c.DiskCap.Bytes/2 {
+		const why = "side outputs count toward the disk cap, and at least half of it is left to the ingest log and the outbox"
+		if p := v.Blame(sideMax, capBytes); p == sideMax {
+			v.Add(p, "%s is more than half of %s: %s", v.Value(sideMax), v.Show(capBytes), why)
+		} else {
+			v.Add(p, "%s is less than twice %s: %s", v.Value(capBytes), v.Show(sideMax), why)
+		}
+	}
+
 	const emb, httpAddr = "broker.embedded_addr", "http.addr"
 	if b.URL == "" && v.OK(emb, httpAddr, "broker.url") && settings.SameListenAddr(b.EmbeddedAddr, c.HTTP.Addr) {
 		p := v.Blame(httpAddr, emb)
 		v.Add(p, "same address as %s; the embedded broker and the HTTP server cannot both listen there", v.Show(other(p, emb, httpAddr)))
 	}
+	// Neither listener has authentication: beyond loopback, each must be
+	// asked for in so many words.
+	if b.URL == "" && !b.EmbeddedAllowRemote && v.OK(emb, "broker.url") && !settings.IsLoopbackAddr(b.EmbeddedAddr) {
+		v.Add(emb, "%s is not a loopback address, and the embedded broker has no authentication: anyone on the network could publish readings or read them. "+
+			"Listen on 127.0.0.1, or set broker.embedded_allow_remote: true (--broker-embedded-allow-remote) to allow it", b.EmbeddedAddr)
+	}
+	if c.HTTP.Addr != "" && !c.HTTP.AllowRemote && v.OK(httpAddr) && !settings.IsLoopbackAddr(c.HTTP.Addr) {
+		v.Add(httpAddr, "%s is not a loopback address, and /metrics, /healthz and /debug/pprof have no authentication: anyone on the network could read the edge's metrics and profile it. "+
+			"Listen on 127.0.0.1, or set http.allow_remote: true (--http-allow-remote) to allow it", c.HTTP.Addr)
+	}
+	return pipelines
 }
 
 func isTLSURL(s string) bool {

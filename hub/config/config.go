@@ -2,8 +2,6 @@ package config
 
 import (
 	"errors"
-	"net"
-	"strings"
 	"time"
 
 	"github.com/runnel-io/runnel/internal/settings"
@@ -55,6 +53,7 @@ type Auth struct {
 // Merge configures the hub core (hub.Config).
 type Merge struct {
 	EdgeTimeout    time.Duration
+	MaxFuture      time.Duration // how far ahead of the hub's clock a watermark may stand and a window may start
 	Retention      time.Duration
 	Resident       time.Duration
 	CommitInterval time.Duration
@@ -68,20 +67,6 @@ func Default() *Config { return table.Defaults() }
 // set, and either insecure is or both listeners are on loopback (Load
 // refuses the rest).
 func (c *Config) Plaintext() bool { return c.TLS.CertFile == "" }
-
-// isLoopback reports whether a listen address only accepts local
-// connections: an IP in 127.0.0.0/8 or ::1, or localhost.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 // Validate reports every problem with c at once, as an *Error matching
 // ErrInvalid: each setting on its own, then the rules across settings.

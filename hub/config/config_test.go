@@ -63,7 +63,7 @@ func TestEmptyConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.GRPC.Addr != "127.0.0.1:7443" || c.HTTP.Addr != "127.0.0.1:7080" || c.Merge.EdgeTimeout != time.Minute ||
+	if c.GRPC.Addr != "127.0.0.1:7443" || c.HTTP.Addr != "127.0.0.1:7080" || c.Merge.EdgeTimeout != time.Minute || c.Merge.MaxFuture != time.Hour ||
 		c.Merge.Retention != 7*24*time.Hour || c.Merge.CommitInterval != 20*time.Millisecond || c.Merge.KeyGroups != 128 ||
 		c.Log.Level != settings.LevelInfo || !c.Plaintext() || c.DataDir != "./runnel-hub-data" {
 		t.Errorf("defaults: %+v", c)
@@ -119,7 +119,7 @@ pipelines: [/nonexistent/p.yaml, /nonexistent/p.yaml]
 bogus: 1
 `
 	_, err := loadData("hub.yaml", file, []string{"--retention", "0s", "--nope", "x", "stray.yaml"},
-		[]string{"RUNNEL_HUB_KEY_GROUP=4", "RUNNEL_HUB_COMMIT_INTERVAL=fast"})
+		[]string{"RUNNEL_HUB_KEY_GROUP=4", "RUNNEL_HUB_COMMIT_INTERVAL=fast", "RUNNEL_HUB_MAX_FUTURE=0s"})
 	var ce *Error
 	if !errors.As(err, &ce) || !errors.Is(err, ErrInvalid) {
 		t.Fatalf("got %v, want *Error", err)
@@ -140,6 +140,7 @@ bogus: 1
 		`hub.yaml:14:1: unknown field "bogus"`,
 		"env RUNNEL_HUB_COMMIT_INTERVAL:",
 		"env RUNNEL_HUB_KEY_GROUP: unknown setting (did you mean RUNNEL_HUB_KEY_GROUPS?)",
+		"env RUNNEL_HUB_MAX_FUTURE: must be greater than 0, got 0s",
 		"flag --retention: must be greater than 0, got 0s",
 		"flag --nope: unknown flag",
 		`unexpected argument "stray.yaml" (did you mean --config stray.yaml?)`,

@@ -40,7 +40,9 @@
 //
 //   - Edge tokens come from a file only (a map in the YAML would put
 //     secrets in the file that is most often shared and versioned).
-//   - Pipeline files are checked for existence here; they are parsed and
-//     compiled, with errors naming their own lines, when the hub starts.
+//   - Load checks only that plain pipeline paths exist; the files are
+//     parsed and compiled by the check LoadWithPipelines is given
+//     (operators.LoadFiles, in runnel-hub), whose problems are listed
+//     after the config's, so that a refusal says everything at once.
 //   - Tokens are never echoed in messages.
 package config

@@ -111,7 +111,10 @@ variable or a command-line flag. The REST and gRPC API it serves is in
 ## When the config is wrong
 
 The hub refuses to start and lists every problem at once, each named by
-where it came from. For example, with this hub.yaml
+where it came from. The pipeline files the config names are checked with
+it: their problems follow the config's, file by file in the order of
+` + "`pipelines`" + `, each at its line and column. For example, with this
+hub.yaml
 
 ` + "```yaml\n" + docsBadFile + "```" + `
 
@@ -150,5 +153,5 @@ func markdown(t *testing.T) string {
 // loadData is load with the config file's contents given (when file is
 // not "") and no other files.
 func loadData(file, data string, args, environ []string) (*Config, error) {
-	return load(file, args, environ, func(string) ([]byte, error) { return []byte(data), nil })
+	return load(file, args, environ, func(string) ([]byte, error) { return []byte(data), nil }, nil)
 }

@@ -19,8 +19,9 @@ const (
 
 // crossChecks checks the rules between settings of c, and the files
 // settings name, reporting to v: from Load, which knows where each value
-// came from, or from Validate.
-func crossChecks(v *settings.Checker[Config], c *Config) {
+// came from, or from Validate. It returns the pipeline files and globs
+// fit to be read (see LoadWithPipelines).
+func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 	const certP, keyP = "tls.cert_file", "tls.key_file"
 	switch {
 	case c.TLS.CertFile != "" && c.TLS.KeyFile == "" && v.OK(keyP):
@@ -38,7 +39,7 @@ func crossChecks(v *settings.Checker[Config], c *Config) {
 	}
 	if c.TLS.CertFile == "" && c.TLS.KeyFile == "" && !c.Insecure {
 		for p, addr := range map[string]string{"grpc.addr": c.GRPC.Addr, "http.addr": c.HTTP.Addr} {
-			if v.OK(p) && !isLoopback(addr) {
+			if v.OK(p) && !settings.IsLoopbackAddr(addr) {
 				v.Add(p, "%s is not a loopback address, and no TLS certificate is set: set tls.cert_file and tls.key_file, or insecure: true to serve plaintext", addr)
 			}
 		}
@@ -76,7 +77,8 @@ func crossChecks(v *settings.Checker[Config], c *Config) {
 	}
 
 	v.DataDir("data_dir", c.DataDir)
-	v.SpecFiles("pipelines", c.Pipelines)
+	pipelines = v.SpecFiles("pipelines", c.Pipelines)
+	return pipelines
 }
 
 var edgeIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)

@@ -172,10 +172,16 @@ func (ch *Checker[C]) DataDir(path, dir string) {
 // setting at path): no item twice, and every plain path a readable file.
 // Globs are not expanded: they may match nothing yet, since specs can be
 // added (or, on an edge, pushed by the hub) later.
-func (ch *Checker[C]) SpecFiles(path string, files []string) {
+//
+// It returns the items fit to be read, for the program to parse and
+// compile (see edge/config.LoadWithPipelines): every item but those
+// reported here, and none when the setting had a problem of its own (its
+// value is then not the one the user gave).
+func (ch *Checker[C]) SpecFiles(path string, files []string) []string {
 	if !ch.OK(path) {
-		return
+		return nil
 	}
+	var fit []string
 	first := map[string]int{}
 	for i, p := range files {
 		at := fmt.Sprintf("%s[%d]", path, i)
@@ -188,6 +194,7 @@ func (ch *Checker[C]) SpecFiles(path string, files []string) {
 		}
 		first[p] = i
 		if strings.ContainsAny(p, `*?[\`) {
+			fit = append(fit, p)
 			continue
 		}
 		fi, err := os.Stat(p)
@@ -196,8 +203,11 @@ func (ch *Checker[C]) SpecFiles(path string, files []string) {
 			ch.Add(at, "cannot read pipeline %s: %v", p, IOCause(err))
 		case fi.IsDir():
 			ch.Add(at, "%s is a directory; to load every spec in it, write %s", p, strings.TrimSuffix(p, "/")+"/*.yaml")
+		default:
+			fit = append(fit, p)
 		}
 	}
+	return fit
 }
 
 func readSmall(name string, limit int64) ([]byte, error) {

@@ -77,6 +77,23 @@ func CheckPort(p string) error {
 	return nil
 }
 
+// IsLoopbackAddr reports whether a listen address, host:port, only
+// accepts connections from the host itself: its host is localhost or an IP
+// in 127.0.0.0/8 or ::1. An empty host (all interfaces), 0.0.0.0, ::, a
+// LAN address or any other name is not: a listener without authentication
+// there is open to the network.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // SameListenAddr reports whether two listen addresses would collide: the
 // same port (not 0) on the same host, or on a wildcard host.
 func SameListenAddr(a, b string) bool {

@@ -294,3 +294,29 @@ func TestSameListenAddr(t *testing.T) {
 		}
 	}
 }
+
+func TestIsLoopbackAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:9464", true},
+		{"127.1.2.3:80", true},
+		{"[::1]:80", true},
+		{"localhost:1883", true},
+		{"LocalHost:1883", true},
+		{":1883", false}, // every interface
+		{"0.0.0.0:1883", false},
+		{"[::]:1883", false},
+		{"192.168.1.20:1883", false},
+		{"[fe80::1]:80", false},
+		{"gateway.local:1883", false},
+		{"localhost.example.com:80", false},
+		{"127.0.0.1", false}, // not host:port
+		{"", false},
+	} {
+		if got := IsLoopbackAddr(tc.addr); got != tc.want {
+			t.Errorf("IsLoopbackAddr(%q) = %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+}

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/runnel-io/runnel/operators/spec"
-	yaml "go.yaml.in/yaml/v3"
+	yaml "go.yaml.in/yaml/v4"
 )
 
 // parseFile decodes the config file. It walks the yaml.Node tree rather
@@ -31,7 +31,11 @@ func (l *loader[C]) parseFile(file string, data []byte) {
 	}
 	f := fileDecoder[C]{l: l, file: file, dir: dir}
 
-	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec, err := yaml.NewLoader(bytes.NewReader(data))
+	if err != nil { // only bad options fail here
+		f.yamlError(data, err)
+		return
+	}
 	var doc yaml.Node
 	switch err := decodeNode(dec, &doc); {
 	case errors.Is(err, io.EOF):
@@ -60,15 +64,15 @@ func (l *loader[C]) parseFile(file string, data []byte) {
 	f.section(root, "")
 }
 
-// decodeNode is dec.Decode with a panic in the YAML library turned into
+// decodeNode is dec.Load with a panic in the YAML library turned into
 // an error: a bad config must be refused, never crash the program.
-func decodeNode(dec *yaml.Decoder, n *yaml.Node) (err error) {
+func decodeNode(dec *yaml.Loader, n *yaml.Node) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("YAML parser failed: %v", r)
 		}
 	}()
-	return dec.Decode(n)
+	return dec.Load(n)
 }
 
 type fileDecoder[C any] struct {
@@ -85,23 +89,12 @@ func (f *fileDecoder[C]) add(n *yaml.Node, field, format string, args ...any) {
 	f.l.probs.add(f.origin(n), field, format, args...)
 }
 
-// yamlError reports a YAML syntax error. operators/spec already turns the
-// YAML library's messages into positions and hints (correcting the
-// library's off-by-one lines, explaining tabs and unquoted ": "), and its
-// Parse reports a syntax error as its only problem, "invalid YAML: ...";
-// asking it keeps the two file formats' syntax errors identical.
+// yamlError reports a YAML syntax error at the line and column the YAML
+// library names, in operators/spec's words (spec.YAMLProblem), so that a
+// config and a pipeline spec report the same mistake alike.
 func (f *fileDecoder[C]) yamlError(data []byte, err error) {
-	_, perr := spec.Parse(f.file, data)
-	var ps spec.Problems
-	if errors.As(perr, &ps) {
-		for _, p := range ps {
-			if strings.HasPrefix(p.Msg, "invalid YAML: ") {
-				f.l.probs.add(Origin{src: fromFile, file: f.file, pos: p.Pos}, "", "%s", p.Msg)
-				return
-			}
-		}
-	}
-	f.l.probs.add(Origin{src: fromFile, file: f.file}, "", "invalid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	p := spec.YAMLProblem(f.file, data, err)
+	f.l.probs.add(Origin{src: fromFile, file: f.file, pos: p.Pos}, "", "%s", p.Msg)
 }
 
 // section decodes a mapping of settings and subsections at prefix ("" for

@@ -44,11 +44,13 @@
 //
 // # Caveats
 //
-//   - The YAML library reports syntax errors with a line, not a column,
-//     and for some errors the line where the enclosing block starts rather
-//     than the offending one. Parse corrects the library's off-by-one for
-//     parser errors and adds a hint for the common mistakes (tabs, an
-//     unquoted ": ", an unclosed bracket).
+//   - YAML syntax errors are placed at the line and column of the YAML
+//     library's *yaml.LoadError (go.yaml.in/yaml/v4): for an unclosed
+//     quote or bracket, where it opens (the library notices at the end of
+//     the file or of the block); otherwise where the library stopped,
+//     which for a wrong indentation is the line that is off. YAMLProblem
+//     adds a hint for the common mistakes (tabs, an unquoted ": ", an
+//     unclosed bracket) and is shared with internal/settings.
 //   - Inside an expression the exact column is known only for one-line
 //     plain or quoted values without escapes, and for literal blocks (|).
 //     Otherwise the problem points at the value and names the column

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/expr-lang/expr/builtin"
-	yaml "go.yaml.in/yaml/v3"
+	yaml "go.yaml.in/yaml/v4"
 )
 
 // MaxSize is the largest spec Parse and Load accept. Real specs are a few
