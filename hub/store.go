@@ -42,9 +42,9 @@ const (
 )
 
 const (
-	maxEdgeID  = 255  // bytes
+	maxEdgeID  = 255                   // bytes
 	maxKeyLen  = operators.MaxKeyBytes // bytes of an encoded key: what edges let through
-	maxPipeLen = 255  // pipeline names are shorter (64), but the key has one length byte
+	maxPipeLen = 255                   // pipeline names are shorter (64), but the key has one length byte
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
