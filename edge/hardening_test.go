@@ -3,6 +3,7 @@ package edge_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,5 +164,146 @@ aggregates: {n: count(), sum: sum(v)}
 	want := fmt.Sprintf(`{"pipeline":"quiet","key":{"dev":"a"},"window_start":%d,"window_end":%d,"version":1,"values":{"n":10,"sum":45},"seq":1}`, start, start+1000)
 	if len(lines) != 1 || lines[0] != want {
 		t.Fatalf("outbox after the replay:\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestSideOutputsAreBounded: 20,000 garbage payloads of 1 KiB (about 25
+// MB of dead letters with their JSON) through a real Mosquitto, with the
+// side outputs bounded at 1 MiB. The dead letters in the state file stay
+// within the bound, the oldest dropped and counted; every one of them
+// still reaches the pipeline's dead_letter file (written after each
+// commit); the state file does not grow with the garbage; health says the
+// side outputs are at their bound; and the good readings sent among the
+// garbage are all counted.
+func TestSideOutputsAreBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20,000 messages through Mosquitto")
+	}
+	mosq := testbroker.Start(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	deadFile := filepath.Join(dir, "dead.jsonl")
+	p := compileSpec(t, sumSpec+"dead_letter: {file: {path: "+deadFile+"}}\n")
+	httpAddr := freeAddr(t)
+	const quota = 1 << 20
+	nd := startNode(t, edge.NodeConfig{EdgeID: "garbage", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: fastBroker(mosq), CheckpointInterval: 50 * time.Millisecond, NoSync: true, HTTPAddr: httpAddr,
+		SideOutputs: edge.SideOutputs{MaxBytes: quota}})
+	if nd.err != nil {
+		t.Fatal(nd.err)
+	}
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	garbage := []byte(strings.Repeat("#", 1024))
+	const n, every = 20_000, 100
+	good := 0
+	for i := range n {
+		if err := pub.PublishAsync(t.Context(), "f/junk", garbage, 1); err != nil {
+			t.Fatal(err)
+		}
+		if i%every == 0 {
+			pub.MustPublish("f/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"v":1}`, i, 1000+i), 1)
+			good++
+		}
+	}
+	pub.MustPublish("f/z", []byte(`{"dev":"z","seq":0,"ts":99999999,"v":0}`), 1)
+	nd.waitCheckpoint(uint64(n + good + 1))
+
+	var h struct {
+		Status string
+		Checks []struct{ Name, Status, Reason string }
+	}
+	getJSON(t, "http://"+httpAddr+"/healthz", &h)
+	var sideCheck string
+	for _, c := range h.Checks {
+		if c.Name == "side_outputs" {
+			sideCheck = c.Status + ": " + c.Reason
+		}
+	}
+	if h.Status != "degraded" || !strings.HasPrefix(sideCheck, "degraded: the side outputs reached side_outputs.max_bytes (1048576 bytes)") {
+		t.Errorf("health %s, side_outputs check %q", h.Status, sideCheck)
+	}
+	dropped := metricValue(httpAddr, `runnel_edge_side_output_dropped_total`)
+	if err := nd.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	var held, bytes int
+	if err := edge.ReadSideOutput(data, "dead", func(line []byte) error {
+		held++
+		bytes += len(line)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if bytes > quota || held == 0 || held >= n {
+		t.Errorf("the state file holds %d dead letters of %d bytes; want some, within %d bytes", held, bytes, quota)
+	}
+	if dropped == "" || dropped == "0" {
+		t.Errorf("runnel_edge_side_output_dropped_total %q", dropped)
+	}
+	lines, err := os.ReadFile(deadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(lines), "\n"); got != n {
+		t.Errorf("dead_letter file has %d lines, want %d", got, n)
+	}
+	fi, err := os.Stat(filepath.Join(data, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > 24<<20 { // bbolt grows its file 16 MiB at a time
+		t.Errorf("state.db is %d bytes after %d dead letters bounded at %d", fi.Size(), n, quota)
+	}
+	got := readResults(t, p, data)
+	var counted int64
+	for k, v := range got {
+		if strings.HasPrefix(k, "a/") {
+			counted += v[0]
+		}
+	}
+	if counted != int64(good) {
+		t.Errorf("%d good readings counted, want %d", counted, good)
+	}
+}
+
+// TestLateOutputIsWritten: a pipeline naming a late_output file gets its
+// late records there, as replay writes them, once committed.
+func TestLateOutputIsWritten(t *testing.T) {
+	mosq := testbroker.Start(t)
+	dir := t.TempDir()
+	lateFile := filepath.Join(dir, "late.jsonl")
+	p := compileSpec(t, strings.Replace(sumSpec, "allowed_lateness: 1h", "allowed_lateness: 0s", 1)+"late_output: {file: {path: "+lateFile+"}}\n")
+	nd := startNode(t, edge.NodeConfig{EdgeID: "late", DataDir: filepath.Join(dir, "data"), Pipelines: []*operators.Pipeline{p},
+		Broker: fastBroker(mosq), CheckpointInterval: 50 * time.Millisecond, NoSync: true})
+	if nd.err != nil {
+		t.Fatal(nd.err)
+	}
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	pub.MustPublish("f/a", []byte(`{"dev":"a","seq":1,"ts":5000,"v":1}`), 1)
+	pub.MustPublish("f/a", []byte(`{"dev":"a","seq":2,"ts":1000,"v":1}`), 1) // its window ended at 2000
+	nd.waitCheckpoint(2)
+	if err := nd.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(lateFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"pipeline":"faults","key":{"dev":"a"},"event_time":1000,"watermark":5000,"offset":`
+	if !strings.HasPrefix(string(b), want) || strings.Count(string(b), "\n") != 1 {
+		t.Fatalf("late output file:\n%s\nwant one line starting %s", b, want)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("%s: %v", url, err)
 	}
 }

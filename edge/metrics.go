@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runnel-io/runnel/edge/mqtt"
+	"github.com/runnel-io/runnel/internal/health"
 	"github.com/runnel-io/runnel/sync/uplink"
 	"github.com/runnel-io/runnel/window"
 )
@@ -77,6 +78,8 @@ func (n *node) registry() *prometheus.Registry {
 			return time.Since(time.UnixMilli(wm)).Seconds()
 		}))
 	}
+	reg.MustRegister(health.Collector("runnel_edge_health", "The node's health checks: 0 ok, 1 degraded, 2 failing (check=\"node\": the worst).",
+		labels, func() health.Report { return n.health(time.Now()) }))
 	counter("runnel_edge_checkpoints_total", "Checkpoints committed.", func() float64 { return float64(n.status.checkpoints.Load()) })
 	gauge("runnel_edge_checkpoint_duration_seconds", "Duration of the last checkpoint commit.", func() float64 {
 		return time.Duration(n.status.checkpointNanos.Load()).Seconds()
@@ -163,20 +166,6 @@ func (n *node) registry() *prometheus.Registry {
 	return reg
 }
 
-// healthy says why the node is not healthy, or "" when it is.
-func (n *node) healthy() string {
-	if !n.status.pumpAlive.Load() {
-		return "the ingest pump is not running"
-	}
-	if s := n.status.src.Load(); s == nil || !s.Connected() {
-		return "the MQTT source is not connected"
-	}
-	if e, _ := n.status.checkpointErr.Load().(string); e != "" {
-		return "the last checkpoint failed: " + e
-	}
-	return ""
-}
-
 // serveHTTP serves /metrics and /healthz on addr until ctx is done.
 func (n *node) serveHTTP(ctx context.Context, addr string) (func(), error) {
 	mux := http.NewServeMux()
@@ -185,13 +174,7 @@ func (n *node) serveHTTP(ctx context.Context, addr string) (func(), error) {
 	// by default.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := n.healthy(); why != "" {
-			http.Error(w, why, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	mux.Handle("/healthz", health.Handler(func() health.Report { return n.health(time.Now()) }))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("edge: http: %w", err)

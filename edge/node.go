@@ -109,6 +109,12 @@ type node struct {
 	fed                    uint64        // pump only: messages fed to the pipelines (for the checkpoint's log line)
 	closing                chan struct{} // closed when the node starts to stop
 
+	// pumpPos is one past the last log record the pump fed, pumpAt when
+	// it moved (Unix ms); uplinkAckAt when the hub's ack last advanced.
+	pumpPos             atomic.Uint64
+	pumpAt, uplinkAckAt atomic.Int64
+	started             time.Time
+
 	parts chan ckptPart
 
 	// Uplink: the outbox's committed end and a channel closed when it
@@ -216,6 +222,9 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{}),
 		grew: make(chan struct{}), writeReqs: make(chan writeReq), writerDone: make(chan struct{})}
 	n.acks.src = &n.status.src
+	n.started = time.Now()
+	n.pumpAt.Store(n.started.UnixMilli())
+	n.uplinkAckAt.Store(n.started.UnixMilli())
 	// Operator state is kept in system buckets (opstate.go).
 	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, MmapBytes: mmapBytes})
 	if err != nil {
@@ -641,6 +650,7 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		return err
 	}
 	defer rd.Close()
+	n.pumpPos.Store(uint64(n.last.Pos))
 	next := n.last.Pos
 	id := n.last.ID
 	tick := time.NewTicker(n.cfg.CheckpointInterval)
@@ -668,6 +678,8 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			if err := n.feed(rec, pos); err != nil {
 				return err
 			}
+			n.pumpPos.Store(uint64(pos) + 1)
+			n.pumpAt.Store(time.Now().UnixMilli())
 			next = pos + 1
 			select {
 			case <-tick.C:

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/runnel-io/runnel/state"
 	"github.com/runnel-io/runnel/sync/uplink"
@@ -93,7 +94,11 @@ func (o outboxView) Quarantine(rs []uplink.Refused) error {
 func (o outboxView) Ack(seq uint64) {
 	for {
 		old := o.n.uplinkAck.Load()
-		if seq <= old || o.n.uplinkAck.CompareAndSwap(old, seq) {
+		if seq <= old {
+			return
+		}
+		if o.n.uplinkAck.CompareAndSwap(old, seq) {
+			o.n.uplinkAckAt.Store(time.Now().UnixMilli())
 			return
 		}
 	}

@@ -1,0 +1,124 @@
+package edge
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/runnel-io/runnel/internal/health"
+)
+
+// Health. Each check is ok, degraded (the node works, but something needs
+// a look: data is being set aside, dropped or held at the broker, a peer
+// is away) or failing (the node does not do its job: it cannot ingest,
+// commit or send). The README and docs/edge-config.md list them; /healthz
+// serves the report (internal/health) and runnel_edge_health exports it.
+
+// Health thresholds.
+const (
+	stallAfter      = 30 * time.Second // durable records not processed for this long: ingestion stalled
+	uplinkAwayAfter = time.Minute      // the uplink disconnected this long: degraded
+	uplinkStall     = 2 * time.Minute  // entries unacked and no ack for this long: degraded
+	recentWindow    = time.Hour        // quarantines and side output drops this recent: degraded
+	epochWindow     = 10 * time.Minute // a new epoch this recent: degraded
+)
+
+// health returns the node's report at now.
+func (n *node) health(now time.Time) health.Report {
+	var checks []health.Check
+	add := func(name string, st health.Status, format string, args ...any) {
+		c := health.Check{Name: name, Status: st}
+		if st != health.OK {
+			c.Reason = fmt.Sprintf(format, args...)
+		}
+		checks = append(checks, c)
+	}
+
+	// ingest: the pump reads what the MQTT handler made durable.
+	switch durable, read := uint64(n.log.Durable()), n.pumpPos.Load(); {
+	case !n.status.pumpAlive.Load():
+		add("ingest", health.Failing, "the ingest pump is not running")
+	case durable > read && now.Sub(time.UnixMilli(n.pumpAt.Load())) > stallAfter:
+		add("ingest", health.Failing, "ingestion stalled: %d records durable in the ingest log have not been processed since %s",
+			durable-read, time.UnixMilli(n.pumpAt.Load()).UTC().Format(time.RFC3339))
+	default:
+		add("ingest", health.OK, "")
+	}
+
+	if s := n.status.src.Load(); s == nil || !s.Connected() {
+		add("broker", health.Failing, "the MQTT source is not connected to the broker")
+	} else {
+		add("broker", health.OK, "")
+	}
+
+	if e, _ := n.status.checkpointErr.Load().(string); e != "" {
+		add("checkpoint", health.Failing, "the last checkpoint failed: %s", e)
+	} else {
+		add("checkpoint", health.OK, "")
+	}
+
+	switch used, capBytes := n.diskUsed(), n.cfg.DiskCap; {
+	case capBytes > 0 && used >= capBytes && n.cfg.DropAtCap:
+		add("disk", health.Degraded, "disk cap reached (%d of %d bytes): incoming messages are dropped (disk_cap.policy drop_raw), %d so far",
+			used, capBytes, n.status.capDropped.Load())
+	case n.status.capBlocked.Load():
+		add("disk", health.Degraded, "disk cap reached (%d of %d bytes): messages are held at the broker until the outbox drains", used, capBytes)
+	default:
+		add("disk", health.OK, "")
+	}
+
+	maxBytes, _ := n.sideLimits()
+	if at := n.side.full.Load(); at > 0 && now.Sub(time.UnixMilli(at)) < recentWindow {
+		var dropped uint64
+		for i := range sides {
+			dropped += n.side.dropped[i].Load()
+		}
+		add("side_outputs", health.Degraded, "the side outputs reached side_outputs.max_bytes (%d bytes) at %s: the oldest entries are dropped (%d so far)",
+			maxBytes, time.UnixMilli(at).UTC().Format(time.RFC3339), dropped)
+	} else {
+		add("side_outputs", health.OK, "")
+	}
+
+	if n.status.clockImplausible.Load() {
+		add("clock", health.Degraded, "the system clock is before 2020 (not synchronised?): event times are not bounded and idle pipelines do not advance")
+	} else {
+		add("clock", health.OK, "")
+	}
+
+	if n.cfg.Uplink != nil {
+		n.uplinkChecks(now, add)
+	}
+	return health.NewReport(checks)
+}
+
+func (n *node) uplinkChecks(now time.Time, add func(string, health.Status, string, ...any)) {
+	u := n.status.uplink.Load()
+	if u == nil {
+		add("uplink", health.OK, "")
+		add("quarantine", health.OK, "")
+		return
+	}
+	st := u.Stats()
+	unacked := n.lastSeq.Load() - 1 - min(n.uplinkAck.Load(), n.lastSeq.Load()-1)
+	lastAck := time.UnixMilli(n.uplinkAckAt.Load())
+	switch {
+	case st.Refusal != "":
+		add("uplink", health.Failing, "%s", st.Refusal)
+	case !st.Connected && !st.Since.IsZero() && now.Sub(st.Since) > uplinkAwayAfter:
+		add("uplink", health.Degraded, "not connected to the hub since %s (%d entries waiting): %s",
+			st.Since.UTC().Format(time.RFC3339), unacked, st.LastError)
+	case unacked > 0 && now.Sub(lastAck) > uplinkStall && now.Sub(n.started) > uplinkStall:
+		add("uplink", health.Degraded, "the hub has acknowledged nothing since %s (%d entries waiting)", lastAck.UTC().Format(time.RFC3339), unacked)
+	case !st.LastNewEpochAt.IsZero() && now.Sub(st.LastNewEpochAt) < epochWindow:
+		add("uplink", health.Degraded, "started epoch %d at %s because the hub had fenced or seen more of this edge; if the epoch keeps changing, another edge runs with id %q",
+			st.Epoch, st.LastNewEpochAt.UTC().Format(time.RFC3339), n.cfg.EdgeID)
+	default:
+		add("uplink", health.OK, "")
+	}
+	q := sideIndex(sideQuarantine)
+	if at := st.LastQuarantineAt; !at.IsZero() && now.Sub(at) < recentWindow {
+		add("quarantine", health.Degraded, "%d outbox entries quarantined since the start (%d held; runnel-edge outbox --side quarantine), the last at %s: %s",
+			st.Quarantined, n.side.entries[q].Load(), at.UTC().Format(time.RFC3339), st.LastQuarantine)
+	} else {
+		add("quarantine", health.OK, "")
+	}
+}
