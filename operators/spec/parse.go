@@ -579,6 +579,10 @@ func (d *decoder) output(n *yaml.Node, field string, stderrOK bool) *Output {
 			d.errorf(e.key, field, "stderr is only for late_output and dead_letter; results go to stdout")
 			return nil
 		}
+		if o.Kind == OutputHub && stderrOK {
+			d.errorf(e.key, field, "the hub takes window results only; write %s to mqtt, a file, stdout or stderr (the edge also keeps them: runnel-edge outbox --side)", field)
+			return nil
+		}
 		if !isNull(e.val) {
 			if m, ok := d.fields(e.val, kfield, nil, e.name+": {}"); !ok || m.unknown > 0 {
 				return nil
