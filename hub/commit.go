@@ -244,23 +244,45 @@ func (h *Hub) prepare(ws *writeSet) {
 }
 
 // advanceWatermark sets pp's hub watermark to the minimum over the live
-// edges that reported one, unless that would move it backwards.
+// edges that reported one, unless that would move it backwards. When none
+// of the edges that reported one is live any more, it goes to the highest
+// any of them reported: each edge's windows were complete up to its own
+// watermark, and the others' later partials become new versions.
 func (h *Hub) advanceWatermark(pp *pipe, now time.Time) {
-	lo, any := int64(math.MaxInt64), false
+	lo, live := int64(math.MaxInt64), false
+	hi, any := int64(math.MinInt64), false
 	for _, e := range h.edges {
-		if e.hasWM[pp.idx] && h.live(e, now) {
-			lo = min(lo, e.wm[pp.idx])
-			any = true
+		if !e.hasWM[pp.idx] {
+			continue
+		}
+		w := e.wm[pp.idx]
+		hi, any = max(hi, w), true
+		if h.live(e, now) {
+			lo, live = min(lo, w), true
 		}
 	}
-	if any && (!pp.hasWM || lo > pp.wm) {
+	if !any {
+		return
+	}
+	if !live {
+		lo = hi
+	}
+	if !pp.hasWM || lo > pp.wm {
 		pp.wm, pp.hasWM = lo, true
 		pp.dirty = true
 	}
 }
 
+// live reports whether e was heard from within EdgeTimeout. The hub's own
+// start counts as hearing from every edge it knows, so that a hub that was
+// down for longer than EdgeTimeout waits for its edges to reconnect before
+// it stops waiting for their watermarks.
 func (h *Hub) live(e *edge, now time.Time) bool {
-	return now.Sub(e.lastSeen) <= h.cfg.EdgeTimeout
+	seen := e.lastSeen
+	if h.opened.After(seen) {
+		seen = h.opened
+	}
+	return now.Sub(seen) <= h.cfg.EdgeTimeout
 }
 
 // emit merges w's parts into its next version.

@@ -35,9 +35,16 @@
 // # Watermark and versions
 //
 // The hub watermark of a pipeline is the minimum of the watermarks of the
-// live edges (heard from within EdgeTimeout) that reported one, and never
-// moves backwards: a silent edge stops holding it back, and its partials,
-// when it returns, are late. At each commit every window ending at or
+// live edges that reported one, and never moves backwards. An edge is live
+// while it was heard from within EdgeTimeout; the hub's start counts as
+// hearing from every edge it knows, so a restart gives the edges
+// EdgeTimeout to come back. A silent edge stops holding the watermark
+// back, and its partials, when it returns, are late. When no edge that
+// reported a watermark is live any more, the hub watermark goes to the
+// highest one any edge reported: each edge's windows were complete up to
+// its own watermark, so a fleet that goes quiet still gets what its live
+// edges sent emitted, and the others' later partials become new versions.
+// At each commit every window ending at or
 // before the watermark that was never emitted gets version 1; an emitted
 // window whose partials changed gets the next version. Versions of a window
 // are 1, 2, 3, ... without gaps.

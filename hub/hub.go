@@ -202,7 +202,8 @@ type Hub struct {
 	cfg       Config
 	db        *bolt.DB
 	keyGroups int
-	resident  int64 // cfg.Resident in ms
+	resident  int64     // cfg.Resident in ms
+	opened    time.Time // cfg.Now() at Open: every edge counts as heard from then
 
 	// commitMu serialises commits; it is taken before mu, never after.
 	commitMu sync.Mutex
@@ -260,6 +261,7 @@ func Open(cfg Config) (*Hub, error) {
 	h := &Hub{
 		cfg:          cfg,
 		db:           db,
+		opened:       cfg.Now(),
 		resident:     int64(cfg.Resident / time.Millisecond),
 		residentFrom: math.MinInt64,
 		pipes:        map[string]*pipe{},
