@@ -3,6 +3,7 @@ package hub
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/runnel-io/runnel/window/aggregate"
@@ -90,12 +91,19 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 		}
 	}
 
-	e.lastSeen = h.cfg.Now()
+	now := h.cfg.Now()
+	e.lastSeen = now
 	e.dirty = true
+	bound := h.futureBound(now)
 	for _, wm := range b.Watermarks {
+		w := wm.WatermarkMs
+		if w > bound {
+			h.clamp(now, e.id, wm.Pipeline, w, bound)
+			w = bound
+		}
 		i := h.pipes[wm.Pipeline].idx
-		if !e.hasWM[i] || wm.WatermarkMs > e.wm[i] {
-			e.wm[i] = wm.WatermarkMs
+		if !e.hasWM[i] || w > e.wm[i] {
+			e.wm[i] = w
 			e.hasWM[i] = true
 		}
 	}
@@ -119,6 +127,24 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 	}
 	e.applied = max(applied, b.LastSeq)
 	return nil
+}
+
+// futureBound is the latest time (Unix ms) an edge's watermark or a
+// window's start may have at hub clock now: now + MaxFuture.
+func (h *Hub) futureBound(now time.Time) int64 {
+	return addSat(now.UnixMilli(), int64(h.cfg.MaxFuture/time.Millisecond))
+}
+
+// clamp counts and logs (at most once per edge per logEvery) an edge's
+// watermark w for pipeline held at bound. Caller holds h.mu.
+func (h *Hub) clamp(now time.Time, edge, pipeline string, w, bound int64) {
+	h.stats.WatermarksClamped++
+	reason := fmt.Sprintf("pipeline %q: watermark %d is more than %v ahead of the hub's clock; held at %d", pipeline, w, h.cfg.MaxFuture, bound)
+	if logIt, suppressed := h.clamps.note(now, edge, 0, reason); logIt {
+		h.cfg.Logger.Warn("hub: an edge's watermark is ahead of the hub's clock; held at the bound",
+			"edge", edge, "pipeline", pipeline, "watermark_ms", w, "bound_ms", bound,
+			"max_future", h.cfg.MaxFuture, "unlogged_since_last", suppressed)
+	}
 }
 
 // applyPartial stores p as e's partial of its window, if it is newer than

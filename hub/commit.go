@@ -215,7 +215,7 @@ func (h *Hub) prepare(ws *writeSet) {
 			g.pending = g.pending[:0]
 			delete(pp.pending, end)
 		}
-		h.expire(ws, pp)
+		h.expire(ws, pp, now)
 	}
 
 	for _, e := range h.edges {
@@ -247,7 +247,8 @@ func (h *Hub) prepare(ws *writeSet) {
 // edges that reported one, unless that would move it backwards. When none
 // of the edges that reported one is live any more, it goes to the highest
 // any of them reported: each edge's windows were complete up to its own
-// watermark, and the others' later partials become new versions.
+// watermark, and the others' later partials become new versions. It never
+// goes past the hub's clock plus MaxFuture.
 func (h *Hub) advanceWatermark(pp *pipe, now time.Time) {
 	lo, live := int64(math.MaxInt64), false
 	hi, any := int64(math.MinInt64), false
@@ -267,6 +268,9 @@ func (h *Hub) advanceWatermark(pp *pipe, now time.Time) {
 	if !live {
 		lo = hi
 	}
+	// Edges' watermarks are held at the bound of their time; this bounds
+	// the highest by the clock now as well.
+	lo = min(lo, h.futureBound(now))
 	if !pp.hasWM || lo > pp.wm {
 		pp.wm, pp.hasWM = lo, true
 		pp.dirty = true
@@ -328,12 +332,13 @@ func appendVersion(dst []byte, v uint32) []byte {
 }
 
 // expire deletes the windows of pp that ended more than Retention before
-// the hub watermark, with their partials and results: from memory here,
-// from the store by key ranges in the transaction (opExpire), which also
-// reaches the evicted ones. The ranges are only walked when the store may
-// hold such a window (storedFrom), about once per window length.
-func (h *Hub) expire(ws *writeSet, pp *pipe) {
-	bound := subSat(pp.wm, int64(h.cfg.Retention/time.Millisecond))
+// the hub watermark or the hub's clock, whichever is earlier, with their
+// partials and results: from memory here, from the store by key ranges in
+// the transaction (opExpire), which also reaches the evicted ones. The
+// ranges are only walked when the store may hold such a window
+// (storedFrom), about once per window length.
+func (h *Hub) expire(ws *writeSet, pp *pipe, now time.Time) {
+	bound := h.expiryBound(pp, now)
 	if bound <= pp.expiredTo {
 		return
 	}
@@ -343,6 +348,14 @@ func (h *Hub) expire(ws *writeSet, pp *pipe) {
 		ws.ops = append(ws.ops, op{kind: opExpire, pipe: int32(pp.idx), n: bound})
 		pp.dirty = true // the pipeline record follows with the result count
 	}
+}
+
+// expiryBound is the end before which pp's windows are deleted at hub
+// clock now: min(hub watermark, now) - Retention. Bounding by the clock
+// means a watermark far ahead of it deletes nothing recent; bounding by
+// the watermark, that one far behind deletes nothing not yet emitted.
+func (h *Hub) expiryBound(pp *pipe, now time.Time) int64 {
+	return subSat(min(pp.wm, now.UnixMilli()), int64(h.cfg.Retention/time.Millisecond))
 }
 
 // partialKey appends the partials-bucket key of w's window record (tag

@@ -50,8 +50,25 @@
 // are 1, 2, 3, ... without gaps.
 //
 // Windows (partials, results) ending more than Retention before the hub
-// watermark are deleted at commit; partials for them are dropped and
-// counted (Status.PartialsExpired).
+// watermark or the hub's clock, whichever is earlier, are deleted at
+// commit; partials for them are dropped and counted
+// (Status.PartialsExpired). The expiry bound is min(hub watermark, hub
+// clock) - Retention: a watermark far ahead of the clock expires nothing
+// recent, and one far behind it expires nothing not yet emitted.
+//
+// # Time
+//
+// The hub's clock (Config.Now) bounds event time: an edge's watermark
+// more than MaxFuture (default 1h) ahead of it is held at now + MaxFuture,
+// counted (Status.WatermarksClamped, Status.Clamps) and logged at most
+// once per edge per minute, so one edge with a wrong clock can rush the
+// hub watermark by MaxFuture at most and never past it; the hub watermark
+// itself never passes the clock + MaxFuture of the commit that sets it.
+// Open holds a stored watermark (a pipeline's or an edge's) beyond the
+// bound at it too and logs it, so a store written by an older hub keeps
+// nothing poisoned after its next commit. Retention runs on the clock as
+// well (above), so a wrong watermark can rush or delay results but never
+// erase them.
 //
 // # Memory
 //

@@ -41,7 +41,8 @@ type Config struct {
 	Pipelines      []*operators.Pipeline // what the hub merges, by name
 	KeyGroups      int                   // default 128; fixed once the store exists
 	EdgeTimeout    time.Duration         // silent longer: stops holding the watermark back (default 1m)
-	Retention      time.Duration         // windows and results kept this long past the hub watermark (default 7 days)
+	Retention      time.Duration         // windows and results kept this long past min(hub watermark, hub clock) (default 7 days)
+	MaxFuture      time.Duration         // how far an edge's watermark or a window's start may lead the hub's clock (default 1h; package doc, Time)
 	Resident       time.Duration         // emitted windows ending more than this before the hub watermark leave memory; a late partial reloads one (default 1h; package doc, Memory)
 	CommitInterval time.Duration         // group commit period (default 20ms)
 	NoSync         bool                  // bbolt NoSync, for tests and benchmarks only
@@ -120,6 +121,12 @@ type Status struct {
 	// WindowsReloaded: evicted windows loaded back by a late partial,
 	// since Open.
 	WindowsReloaded uint64
+	// WatermarksClamped: edge watermarks more than MaxFuture ahead of the
+	// hub's clock, held at that bound, since Open.
+	WatermarksClamped uint64
+	// Clamps: the edges whose watermarks were clamped within
+	// IncidentWindow.
+	Clamps []Incident
 }
 
 // The methods below are the contract with hub/server; see each doc.
@@ -148,7 +155,7 @@ func (c *Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"EdgeTimeout": c.EdgeTimeout, "Retention": c.Retention, "CommitInterval": c.CommitInterval,
-		"Resident": c.Resident,
+		"Resident": c.Resident, "MaxFuture": c.MaxFuture,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("hub: config: %s %v is negative", name, d))
@@ -184,6 +191,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Resident == 0 {
 		c.Resident = time.Hour
+	}
+	if c.MaxFuture == 0 {
+		c.MaxFuture = time.Hour
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -223,6 +233,7 @@ type Hub struct {
 	residentFrom int64
 	next         chan struct{}
 	stats        Status
+	clamps       incidents // watermarks held at the clock bound
 
 	subMu      sync.Mutex
 	subs       map[*subscriber]struct{}
@@ -367,6 +378,7 @@ func (h *Hub) Status() Status {
 		st.WindowsResident += pp.nwin
 	}
 	st.OpenWindows = st.WindowsResident
+	st.Clamps = h.clamps.recent(now)
 	return st
 }
 

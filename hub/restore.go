@@ -95,7 +95,14 @@ func (h *Hub) restorePipelines(b *bolt.Bucket) error {
 			return fmt.Errorf("hub: store: pipeline %q: %v: %w", k, err, ErrCorrupt)
 		}
 		if pp.hasWM {
-			pp.expiredTo = subSat(pp.wm, int64(h.cfg.Retention/time.Millisecond))
+			now := h.cfg.Now()
+			if bound := h.futureBound(now); pp.wm > bound {
+				// Written by a hub that did not bound watermarks by its clock.
+				h.cfg.Logger.Warn("hub: open: the stored hub watermark is ahead of the clock; held at the bound",
+					"pipeline", pp.p.Name, "watermark_ms", pp.wm, "bound_ms", bound, "max_future", h.cfg.MaxFuture)
+				pp.wm, pp.dirty = bound, true
+			}
+			pp.expiredTo = h.expiryBound(pp, now)
 		}
 		return nil
 	})
@@ -115,10 +122,18 @@ func (h *Hub) restoreEdges(b *bolt.Bucket) error {
 		e.applied, e.acked, e.ackedEpoch = r.acked, r.acked, r.epoch
 		e.lastSeen = time.Unix(0, r.lastSeen)
 		e.dirty = false
+		bound := h.futureBound(h.cfg.Now())
 		for _, w := range r.watermarks {
-			if pp := h.pipes[w.pipeline]; pp != nil {
-				e.wm[pp.idx], e.hasWM[pp.idx] = w.wm, true
+			pp := h.pipes[w.pipeline]
+			if pp == nil {
+				continue
 			}
+			if w.wm > bound {
+				h.cfg.Logger.Warn("hub: open: an edge's stored watermark is ahead of the clock; held at the bound",
+					"edge", e.id, "pipeline", w.pipeline, "watermark_ms", w.wm, "bound_ms", bound, "max_future", h.cfg.MaxFuture)
+				w.wm, e.dirty = bound, true
+			}
+			e.wm[pp.idx], e.hasWM[pp.idx] = w.wm, true
 		}
 		return nil
 	})

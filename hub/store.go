@@ -42,9 +42,9 @@ const (
 )
 
 const (
-	maxEdgeID  = 255  // bytes
+	maxEdgeID  = 255                   // bytes
 	maxKeyLen  = operators.MaxKeyBytes // bytes of an encoded key: what edges let through
-	maxPipeLen = 255  // pipeline names are shorter (64), but the key has one length byte
+	maxPipeLen = 255                   // pipeline names are shorter (64), but the key has one length byte
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -334,6 +334,14 @@ func parsePipelineValue(p []byte) (hasWM bool, wm int64, results uint64, err err
 		return false, 0, 0, errors.New("bad pipeline value")
 	}
 	return p[0] == 1, int64(binary.BigEndian.Uint64(p[1:])), binary.BigEndian.Uint64(p[9:]), nil
+}
+
+// addSat returns a+b for b >= 0, saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // subSat returns a-b, saturating at math.MinInt64.

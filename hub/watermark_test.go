@@ -1,8 +1,11 @@
 package hub
 
 import (
+	"math"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func must(t testing.TB, err error) {
@@ -88,5 +91,162 @@ func TestRestartIsNotSilence(t *testing.T) {
 	th.commit()
 	if w, _ := th.hubWM(); w != 4000 {
 		t.Fatalf("hub watermark %d, want a's 4000 once b is silent", w)
+	}
+}
+
+// year2100 is 2100-01-01 in Unix ms.
+const year2100 = 4_102_444_800_000
+
+// nowMs is the test clock in Unix ms, rounded down to a second (a temps
+// window).
+func (th *testHub) nowMs() int64 { return th.clock.Now().UnixMilli() / 1000 * 1000 }
+
+// results returns every stored result version of temps.
+func (th *testHub) results() []Result {
+	th.t.Helper()
+	rs, _, err := th.Query(Query{Pipeline: "temps", AllVersions: true, Limit: maxLimit})
+	if err != nil {
+		th.t.Fatal(err)
+	}
+	return rs
+}
+
+// TestWatermarkAheadOfClock: an edge reports a watermark far in the future
+// (MaxInt64, 2100). The hub holds it at its clock + MaxFuture, counts and
+// logs it (once per edge per minute); results already emitted are not
+// deleted, nothing poisoned survives a restart, and partials of recent
+// windows arriving afterwards are merged, not dropped as expired.
+func TestWatermarkAheadOfClock(t *testing.T) {
+	logs := &logBuffer{}
+	th := newTestHub(t, func(c *Config) { c.Logger = logs.logger() }) // Retention 1h, MaxFuture 1h
+	p, g := th.pipes[0], th.pipes[1]
+	now := th.nowMs()
+	bound := now + time.Hour.Milliseconds()
+	must(t, th.Apply(wm(batch("a", 1, 1, 2, partial(p, 1, "k", now-10_000, 1), partial(p, 2, "k", now-5000, 1)), "temps", now-4000)))
+	th.commit()
+	if rs := th.results(); len(rs) != 2 {
+		t.Fatalf("%d results, want 2", len(rs))
+	}
+
+	b := wm(batch("a", 1, 3, 2), "temps", math.MaxInt64)
+	must(t, th.Apply(wm(b, "global", year2100)))
+	th.commit()
+	if w, _ := th.hubWM(); w != bound {
+		t.Fatalf("hub watermark %d, want the bound %d", w, bound)
+	}
+	if e := th.Edges()[0]; e.Watermarks["temps"] != bound || e.Watermarks["global"] != bound {
+		t.Fatalf("edge watermarks %v, want both %d", e.Watermarks, bound)
+	}
+	if rs := th.results(); len(rs) != 2 {
+		t.Fatalf("%d results after the clamped watermark, want the 2 emitted before", len(rs))
+	}
+	st := th.Status()
+	if st.WatermarksClamped != 2 || len(st.Clamps) != 1 || st.Clamps[0].Edge != "a" || st.Clamps[0].Count != 2 {
+		t.Fatalf("clamped %d, clamps %+v", st.WatermarksClamped, st.Clamps)
+	}
+	if got := logs.lines("ahead of the hub's clock", "edge=a", "bound_ms="); len(got) != 1 {
+		t.Fatalf("log lines %q, want 1 (two clamps within a minute)", got)
+	}
+	th.clock.Advance(time.Minute)
+	must(t, th.Apply(wm(batch("a", 1, 3, 2), "temps", math.MaxInt64)))
+	if got := logs.lines("ahead of the hub's clock", "edge=a", "unlogged_since_last=1"); len(got) != 1 {
+		t.Fatalf("log lines %q, want the second, counting the unlogged one", logs.lines("ahead"))
+	}
+	if st := th.Status(); len(st.Clamps) != 1 {
+		t.Fatalf("clamps %+v, want a's", st.Clamps)
+	}
+	th.clock.Advance(IncidentWindow + time.Second)
+	if st := th.Status(); len(st.Clamps) != 0 {
+		t.Fatalf("clamps %+v after the incident window", st.Clamps)
+	}
+
+	// A restart keeps nothing past the bound, and deletes nothing.
+	th.restart()
+	now2 := th.clock.Now().UnixMilli()
+	for _, pi := range th.Pipelines() {
+		if pi.HasWatermark && pi.Watermark > now2+time.Hour.Milliseconds() {
+			t.Fatalf("after restart %s's watermark %d", pi.Pipeline.Name, pi.Watermark)
+		}
+	}
+	th.commit()
+	if rs := th.results(); len(rs) != 2 {
+		t.Fatalf("%d results after the restart, want 2", len(rs))
+	}
+	// Partials of recent windows are merged (late: new versions).
+	must(t, th.Apply(batch("a", 1, 3, 4, partial(p, 3, "k", now-10_000, 1, 2), partial(g, 4, "", now-20_000, 1))))
+	th.commit()
+	if st := th.Status(); st.PartialsExpired != 0 || st.Partials != 2 {
+		t.Fatalf("recent partials: %d merged, %d expired", st.Partials, st.PartialsExpired)
+	}
+	if r := th.latest("k", now-10_000); r.Version != 2 || th.count(r) != 2 {
+		t.Fatalf("late recent partial: v%d count %d", r.Version, th.count(r))
+	}
+}
+
+// TestPoisonedStore: a store written by an older hub holds a pipeline's
+// and an edge's watermark far in the future. Open holds both at the
+// clock + MaxFuture and logs it, the next commit writes the bounded ones
+// back, results are not deleted and recent partials are merged.
+func TestPoisonedStore(t *testing.T) {
+	logs := &logBuffer{}
+	th := newTestHub(t, func(c *Config) { c.Logger = logs.logger() })
+	p := th.pipes[0]
+	now := th.nowMs()
+	must(t, th.Apply(wm(batch("a", 1, 1, 2, partial(p, 1, "k", now-10_000, 1), partial(p, 2, "k", now-5000, 1)), "temps", now-4000)))
+	th.commit()
+	th.Hub.Close()
+	th.poison(func(tx *bolt.Tx) {
+		rec := edgeRecord{epoch: 1, acked: 2, lastSeen: th.clock.Now().UnixNano(),
+			watermarks: []pipelineWatermark{{"temps", math.MaxInt64}, {"global", year2100}}}
+		th.putRecord(tx, bucketEdges, []byte("a"), appendEdgeValue(nil, &rec))
+		th.putRecord(tx, bucketPipelines, []byte("temps"), appendPipelineValue(nil, true, math.MaxInt64, 2))
+	})
+	th.open()
+	bound := th.clock.Now().UnixMilli() + time.Hour.Milliseconds()
+	if w, _ := th.hubWM(); w != bound {
+		t.Fatalf("hub watermark %d after Open, want the bound %d", w, bound)
+	}
+	if e := th.Edges()[0]; e.Watermarks["temps"] != bound || e.Watermarks["global"] != bound {
+		t.Fatalf("edge watermarks %v, want %d", e.Watermarks, bound)
+	}
+	if got := logs.lines("open:", "ahead of the clock"); len(got) != 3 {
+		t.Fatalf("log lines %q, want 3 (the pipeline's, the edge's two)", got)
+	}
+	th.commit()
+	if rs := th.results(); len(rs) != 2 {
+		t.Fatalf("%d results, want 2", len(rs))
+	}
+	th.Hub.Close()
+	th.poison(func(tx *bolt.Tx) {
+		_, w, _, err := parsePipelineValue(th.getRecord(tx, bucketPipelines, []byte("temps")))
+		if err != nil || w != bound {
+			t.Fatalf("stored hub watermark %d (%v), want %d", w, err, bound)
+		}
+		r, err := parseEdgeValue(th.getRecord(tx, bucketEdges, []byte("a")))
+		if err != nil || len(r.watermarks) != 2 || r.watermarks[0].wm != bound || r.watermarks[1].wm != bound {
+			t.Fatalf("stored edge %+v (%v)", r, err)
+		}
+	})
+	th.open()
+	must(t, th.Apply(batch("a", 1, 3, 3, partial(p, 3, "k", now-10_000, 1, 2))))
+	th.commit()
+	if st := th.Status(); st.PartialsExpired != 0 || st.Partials != 1 {
+		t.Fatalf("recent partial: %d merged, %d expired", st.Partials, st.PartialsExpired)
+	}
+	if r := th.latest("k", now-10_000); r.Version != 2 || th.count(r) != 2 {
+		t.Fatalf("late recent partial: v%d count %d", r.Version, th.count(r))
+	}
+}
+
+// TestWatermarkBoundedAtCommit: the hub watermark never passes the clock
+// + MaxFuture of the commit that sets it, even when the clock stepped back
+// after the edge's watermark was bounded.
+func TestWatermarkBoundedAtCommit(t *testing.T) {
+	th := newTestHub(t, nil)
+	must(t, th.Apply(wm(batch("a", 1, 1, 0), "temps", math.MaxInt64)))
+	th.clock.Advance(-2 * time.Hour)
+	th.commit()
+	if w, _ := th.hubWM(); w != th.clock.Now().UnixMilli()+time.Hour.Milliseconds() {
+		t.Fatalf("hub watermark %d, want the clock + 1h", w)
 	}
 }
