@@ -62,14 +62,15 @@ func (h *Hub) edgeFor(id string, epoch uint64) *edge {
 // Apply merges a batch into memory; it becomes durable, and is acked, at the
 // next group commit. See the package documentation for the rules.
 func (h *Hub) Apply(b *runnelv1.Batch) error {
-	minEnd, err := h.validate(b)
-	if err != nil {
-		return err
-	}
+	now := h.cfg.Now()
+	minEnd, refused, err := h.validate(b, now)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return ErrClosed
+	}
+	if err != nil || refused != nil {
+		return h.refuse(now, b, refused, err)
 	}
 	e := h.edgeFor(b.EdgeId, b.Epoch)
 	switch {
@@ -91,7 +92,6 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 		}
 	}
 
-	now := h.cfg.Now()
 	e.lastSeen = now
 	e.dirty = true
 	bound := h.futureBound(now)
@@ -180,12 +180,15 @@ func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial)
 	h.stats.Partials++
 }
 
-// validate checks all of b against the hub's pipelines without touching any
-// state, and returns the lowest window end of its partials. Every error
-// wraps ErrBadBatch and names the partial.
-func (h *Hub) validate(b *runnelv1.Batch) (minEnd int64, err error) {
+// validate checks all of b against the hub's pipelines and its clock at
+// now, without touching any state. A problem of the batch as a whole is an
+// error wrapping ErrBadBatch; partials the hub will never accept are
+// returned in refused, each with its reason (nil when there is none). It
+// also returns the lowest window end of the partials. It allocates
+// nothing for a batch without problems.
+func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused []Refused, err error) {
 	if b == nil {
-		return 0, fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
+		return 0, nil, fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("hub: batch from %q epoch %d seqs %d..%d: %s: %w",
@@ -193,17 +196,20 @@ func (h *Hub) validate(b *runnelv1.Batch) (minEnd int64, err error) {
 	}
 	switch {
 	case b.EdgeId == "":
-		return 0, bad("empty edge id")
+		return 0, nil, bad("empty edge id")
 	case len(b.EdgeId) > maxEdgeID:
-		return 0, bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
+		return 0, nil, bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
 	case b.FirstSeq == 0:
-		return 0, bad("first_seq 0: sequences start at 1")
+		return 0, nil, bad("first_seq 0: sequences start at 1")
 	case b.FirstSeq > b.LastSeq && (b.LastSeq == math.MaxUint64 || b.FirstSeq != b.LastSeq+1):
-		return 0, bad("first_seq after last_seq + 1")
+		return 0, nil, bad("first_seq after last_seq + 1")
 	case b.FirstSeq > b.LastSeq && len(b.Partials) > 0:
-		return 0, bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
+		return 0, nil, bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
+	case len(b.Partials) > MaxBatchPartials:
+		return 0, nil, bad("%d partials, at most %d", len(b.Partials), MaxBatchPartials)
 	}
 	minEnd = math.MaxInt64
+	bound := h.futureBound(now)
 	prev := b.FirstSeq - 1
 	var pp *pipe
 	var st *aggregate.State
@@ -212,49 +218,59 @@ func (h *Hub) validate(b *runnelv1.Batch) (minEnd int64, err error) {
 			pp.scratch.Put(st)
 		}
 	}()
+	refuse := func(p *runnelv1.Partial, format string, args ...any) {
+		refused = append(refused, Refused{Seq: p.Seq, Reason: fmt.Sprintf(format, args...)})
+	}
 	for i, p := range b.Partials {
 		if p == nil {
-			return 0, bad("partial %d is nil", i)
+			return 0, nil, bad("partial %d is nil", i)
 		}
 		switch {
 		case p.Seq <= prev:
-			return 0, bad("partial %d: seq %d not after %d", i, p.Seq, prev)
+			return 0, nil, bad("partial %d: seq %d not after %d", i, p.Seq, prev)
 		case p.Seq > b.LastSeq:
-			return 0, bad("partial %d: seq %d after last_seq", i, p.Seq)
-		case p.WindowEnd <= p.WindowStart:
-			return 0, bad("partial %d (seq %d): window end %d not after start %d", i, p.Seq, p.WindowEnd, p.WindowStart)
-		case len(p.Key) > maxKeyLen:
-			return 0, bad("partial %d (seq %d): key of %d bytes, at most %d", i, p.Seq, len(p.Key), maxKeyLen)
+			return 0, nil, bad("partial %d: seq %d after last_seq", i, p.Seq)
 		}
 		prev = p.Seq
-		minEnd = min(minEnd, p.WindowEnd)
 		if pp == nil || pp.p.Name != p.Pipeline {
 			if st != nil {
 				pp.scratch.Put(st)
 				st = nil
 			}
-			if pp = h.pipes[p.Pipeline]; pp == nil {
-				return 0, bad("partial %d (seq %d): unknown pipeline %q", i, p.Seq, p.Pipeline)
+			if pp = h.pipes[p.Pipeline]; pp != nil {
+				st = pp.scratch.Get().(*aggregate.State)
 			}
-			st = pp.scratch.Get().(*aggregate.State)
 		}
-		if pp.keyed != (len(p.Key) > 0) {
-			if pp.keyed {
-				return 0, bad("partial %d (seq %d): empty key for pipeline %q, which has key fields", i, p.Seq, p.Pipeline)
+		switch {
+		case len(p.Key) > maxKeyLen:
+			refuse(p, "key of %d bytes, at most %d", len(p.Key), maxKeyLen)
+		case p.WindowEnd <= p.WindowStart:
+			refuse(p, "window end %d not after start %d", p.WindowEnd, p.WindowStart)
+		case p.WindowStart > bound:
+			refuse(p, "window starts at %d, more than %v after the hub's clock (%d)", p.WindowStart, h.cfg.MaxFuture, now.UnixMilli())
+		case len(p.State) > maxStateLen:
+			refuse(p, "state of %d bytes, at most %d", len(p.State), maxStateLen)
+		case pp == nil:
+			refuse(p, "unknown pipeline %q", p.Pipeline)
+		case pp.keyed && len(p.Key) == 0:
+			refuse(p, "empty key for pipeline %q, which has key fields", p.Pipeline)
+		case !pp.keyed && len(p.Key) > 0:
+			refuse(p, "key given for pipeline %q, which has no key fields", p.Pipeline)
+		default:
+			if err := pp.set.Decode(st, p.State); err != nil {
+				refuse(p, "state does not decode with pipeline %q's aggregates (is the edge's spec another?): %v", p.Pipeline, err)
+				continue
 			}
-			return 0, bad("partial %d (seq %d): key given for pipeline %q, which has no key fields", i, p.Seq, p.Pipeline)
-		}
-		if err := pp.set.Decode(st, p.State); err != nil {
-			return 0, bad("partial %d (seq %d) of pipeline %q: state: %v", i, p.Seq, p.Pipeline, err)
+			minEnd = min(minEnd, p.WindowEnd)
 		}
 	}
 	for _, wm := range b.Watermarks {
 		if wm == nil {
-			return 0, bad("nil watermark")
+			return 0, nil, bad("nil watermark")
 		}
 		if h.pipes[wm.Pipeline] == nil {
-			return 0, bad("watermark for unknown pipeline %q", wm.Pipeline)
+			return 0, nil, bad("watermark for unknown pipeline %q", wm.Pipeline)
 		}
 	}
-	return minEnd, nil
+	return minEnd, refused, nil
 }

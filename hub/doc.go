@@ -14,8 +14,8 @@
 // (epoch, seq)) and the result is the aggregate merge of those, one per
 // edge. Two versions of one edge's window are never added together.
 //
-// Apply validates a batch completely (ErrBadBatch, nothing applied), checks
-// the epoch (ErrFenced when older than the hub's; a newer one is adopted and
+// Apply validates a batch completely before it applies anything of it
+// (Refusals, below), checks the epoch (ErrFenced when older than the hub's; a newer one is adopted and
 // its sequence starts over) and the sequence (ErrGap when it starts past
 // the next expected one, unless nothing of the epoch was applied yet), drops
 // entries already applied, and stores each partial in memory if it is newer
@@ -23,6 +23,30 @@
 // writes the changed partials, the edges' epochs and applied sequences,
 // and the results emitted by that commit. Only after it commits do the
 // acked sequences advance (Acked) and the results reach subscribers.
+//
+// # Refusals
+//
+// A batch or a partial the hub cannot process is set aside with its
+// reason, counted and visible; it is never retried for ever and never
+// blocks what comes behind it. A batch malformed as a whole (edge id,
+// first and last sequence, partials nil or out of order, more than
+// MaxBatchPartials) is refused with ErrBadBatch. A partial the hub will
+// never accept is named, with its reason and every other such partial of
+// the batch, in a *RefusedError, which wraps ErrBadBatch: a key longer
+// than MaxKeyBytes; an empty key for a pipeline with key fields, or a key
+// for one without; a window whose end is not after its start, or that
+// starts more than MaxFuture after the hub's clock; a state longer than
+// MaxStateBytes, or one that does not decode with the pipeline's
+// aggregates (the edge runs another spec). Nothing of such a batch is
+// applied. The edge sets the named entries aside (its quarantine) and
+// sends the batch again without them, their sequence numbers skipped, and
+// that one applies. Refused batches and partials are counted
+// (Status.BatchesRefused, PartialsRefused), reported per edge while the
+// last is within IncidentWindow (Status.Refusals) and logged: an edge's
+// first refusal, then at most one line a minute, with the count of those
+// in between. The limits are exported (MaxKeyBytes, MaxStateBytes,
+// MaxBatchPartials) so that hub/server announces them to edges, which
+// then set such entries aside before sending them.
 //
 // # Exactly once
 //

@@ -23,8 +23,10 @@ var (
 	ErrFenced = errors.New("hub: epoch fenced")
 	// ErrGap: the batch starts past the next sequence the hub expects.
 	ErrGap = errors.New("hub: sequence gap")
-	// ErrBadBatch: malformed batch (unknown pipeline, corrupt state, bad
-	// bounds); nothing of it was applied.
+	// ErrBadBatch: a batch the hub will never take, nothing of it
+	// applied: malformed as a whole (edge id, sequence numbers), or with
+	// partials it refuses, each named by a *RefusedError (unknown
+	// pipeline, bad bounds or key, state that does not decode).
 	ErrBadBatch = errors.New("hub: bad batch")
 	// ErrClosed: the hub is shutting down.
 	ErrClosed = errors.New("hub: closed")
@@ -127,6 +129,13 @@ type Status struct {
 	// Clamps: the edges whose watermarks were clamped within
 	// IncidentWindow.
 	Clamps []Incident
+	// BatchesRefused: batches refused (ErrBadBatch, a RefusedError among
+	// them), nothing of them applied, since Open.
+	BatchesRefused uint64
+	// PartialsRefused: partials named by a RefusedError, since Open.
+	PartialsRefused uint64
+	// Refusals: the edges with batches refused within IncidentWindow.
+	Refusals []Incident
 }
 
 // The methods below are the contract with hub/server; see each doc.
@@ -234,6 +243,7 @@ type Hub struct {
 	next         chan struct{}
 	stats        Status
 	clamps       incidents // watermarks held at the clock bound
+	refusals     incidents // batches refused
 
 	subMu      sync.Mutex
 	subs       map[*subscriber]struct{}
@@ -379,6 +389,7 @@ func (h *Hub) Status() Status {
 	}
 	st.OpenWindows = st.WindowsResident
 	st.Clamps = h.clamps.recent(now)
+	st.Refusals = h.refusals.recent(now)
 	return st
 }
 

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
-
-	"github.com/runnel-io/runnel/operators"
 )
 
 // The byte layout of the hub's bbolt file; docs/formats/hub-store.md is the
@@ -42,9 +40,10 @@ const (
 )
 
 const (
-	maxEdgeID  = 255                   // bytes
-	maxKeyLen  = operators.MaxKeyBytes // bytes of an encoded key: what edges let through
-	maxPipeLen = 255                   // pipeline names are shorter (64), but the key has one length byte
+	maxEdgeID   = 255           // bytes
+	maxKeyLen   = MaxKeyBytes   // bytes of an encoded key: what edges let through
+	maxStateLen = MaxStateBytes // bytes of a partial's aggregate state
+	maxPipeLen  = 255           // pipeline names are shorter (64), but the key has one length byte
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)

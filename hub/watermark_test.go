@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -112,7 +113,8 @@ func (th *testHub) results() []Result {
 }
 
 // TestWatermarkAheadOfClock: an edge reports a watermark far in the future
-// (MaxInt64, 2100). The hub holds it at its clock + MaxFuture, counts and
+// (MaxInt64, 2100) and a partial of a window in 2100. The partial is
+// refused (the edge sets it aside); the hub holds the watermark at its clock + MaxFuture, counts and
 // logs it (once per edge per minute); results already emitted are not
 // deleted, nothing poisoned survives a restart, and partials of recent
 // windows arriving afterwards are merged, not dropped as expired.
@@ -128,7 +130,18 @@ func TestWatermarkAheadOfClock(t *testing.T) {
 		t.Fatalf("%d results, want 2", len(rs))
 	}
 
-	b := wm(batch("a", 1, 3, 2), "temps", math.MaxInt64)
+	// With a partial of a window in 2100: refused, nothing applied.
+	b := wm(batch("a", 1, 3, 3, partial(p, 3, "k", year2100, 1)), "temps", math.MaxInt64)
+	var re *RefusedError
+	if err := th.Apply(wm(b, "global", year2100)); !errors.As(err, &re) || len(re.Entries) != 1 || re.Entries[0].Seq != 3 {
+		t.Fatalf("the partial of 2100: %v", err)
+	}
+	th.commit()
+	if e := th.Edges()[0]; e.Watermarks["temps"] != now-4000 {
+		t.Fatalf("a refused batch moved the watermark: %v", e.Watermarks)
+	}
+	// The edge sets it aside and resends.
+	b = wm(batch("a", 1, 3, 3), "temps", math.MaxInt64)
 	must(t, th.Apply(wm(b, "global", year2100)))
 	th.commit()
 	if w, _ := th.hubWM(); w != bound {
@@ -148,7 +161,7 @@ func TestWatermarkAheadOfClock(t *testing.T) {
 		t.Fatalf("log lines %q, want 1 (two clamps within a minute)", got)
 	}
 	th.clock.Advance(time.Minute)
-	must(t, th.Apply(wm(batch("a", 1, 3, 2), "temps", math.MaxInt64)))
+	must(t, th.Apply(wm(batch("a", 1, 4, 3), "temps", math.MaxInt64)))
 	if got := logs.lines("ahead of the hub's clock", "edge=a", "unlogged_since_last=1"); len(got) != 1 {
 		t.Fatalf("log lines %q, want the second, counting the unlogged one", logs.lines("ahead"))
 	}
@@ -173,7 +186,7 @@ func TestWatermarkAheadOfClock(t *testing.T) {
 		t.Fatalf("%d results after the restart, want 2", len(rs))
 	}
 	// Partials of recent windows are merged (late: new versions).
-	must(t, th.Apply(batch("a", 1, 3, 4, partial(p, 3, "k", now-10_000, 1, 2), partial(g, 4, "", now-20_000, 1))))
+	must(t, th.Apply(batch("a", 1, 4, 5, partial(p, 4, "k", now-10_000, 1, 2), partial(g, 5, "", now-20_000, 1))))
 	th.commit()
 	if st := th.Status(); st.PartialsExpired != 0 || st.Partials != 2 {
 		t.Fatalf("recent partials: %d merged, %d expired", st.Partials, st.PartialsExpired)

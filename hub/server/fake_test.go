@@ -65,6 +65,7 @@ type fakeCore struct {
 	subs      []*fakeSub
 	commitErr string
 	watermark int64
+	applyErr  error // returned by every Apply when set
 }
 
 type fakeSub struct {
@@ -103,6 +104,9 @@ func (f *fakeCore) Hello(edge string, epoch, nextSeq uint64) (hub.Resume, error)
 func (f *fakeCore) Apply(b *runnelv1.Batch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.applyErr != nil {
+		return f.applyErr
+	}
 	e := f.edges[b.EdgeId]
 	switch {
 	case e == nil || b.Epoch < e.Epoch:

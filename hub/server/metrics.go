@@ -45,13 +45,17 @@ var (
 	descEvicted     = prometheus.NewDesc("runnel_hub_windows_evicted_total", "Emitted windows dropped from memory (they stay in the store).", nil, nil)
 	descReloaded    = prometheus.NewDesc("runnel_hub_windows_reloaded_total", "Windows read back from the store for a late partial.", nil, nil)
 	descExpired     = prometheus.NewDesc("runnel_hub_partials_expired_total", "Partials dropped because their window is past retention.", nil, nil)
+	descBRefused    = prometheus.NewDesc("runnel_hub_batches_refused_total", "Uplink batches refused (InvalidArgument), nothing of them applied: malformed, or with partials the hub will never accept.", nil, nil)
+	descPRefused    = prometheus.NewDesc("runnel_hub_partials_refused_total", "Partials refused by name (the edge sets them aside and resends the batch without them).", nil, nil)
+	descClamped     = prometheus.NewDesc("runnel_hub_watermarks_clamped_total", "Edge watermarks more than merge.max_future ahead of the hub's clock, held at that bound.", nil, nil)
 	descWatermark   = prometheus.NewDesc("runnel_hub_watermark_seconds", "Hub watermark (min over live edges), Unix seconds; absent before any edge reported one.", []string{"pipeline"}, nil)
 	descPResults    = prometheus.NewDesc("runnel_hub_pipeline_results", "Result versions stored, per pipeline.", []string{"pipeline"}, nil)
 )
 
 func (c coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBatches, descBatchesDup, descPartials, descPartialsDup, descResults, descCommits,
-		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descEvicted, descReloaded, descExpired, descWatermark, descPResults} {
+		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descEvicted, descReloaded, descExpired,
+		descBRefused, descPRefused, descClamped, descWatermark, descPResults} {
 		ch <- d
 	}
 }
@@ -82,6 +86,9 @@ func (c coreCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEvicted, st.WindowsEvicted)
 	counter(descReloaded, st.WindowsReloaded)
 	counter(descExpired, st.PartialsExpired)
+	counter(descBRefused, st.BatchesRefused)
+	counter(descPRefused, st.PartialsRefused)
+	counter(descClamped, st.WatermarksClamped)
 	for _, p := range c.core.Pipelines() {
 		if p.HasWatermark {
 			gauge(descWatermark, float64(p.Watermark)/1e3, p.Pipeline.Name)

@@ -33,6 +33,11 @@ const (
 // maxMsgSize bounds a received gRPC message (an uplink batch).
 const maxMsgSize = 16 << 20
 
+// maxBatchBytes is the serialized SyncRequest the hub announces it takes
+// (Limits.max_batch_bytes): maxMsgSize less a margin, so that an edge that
+// sizes its batches by its own encoding never meets the gRPC limit.
+const maxBatchBytes = maxMsgSize - 64<<10
+
 // Config configures a Server. The zero value of a field is its default.
 type Config struct {
 	GRPCAddr string // host:port of the gRPC listener (edges and API); default DefaultGRPCAddr
