@@ -14,11 +14,14 @@ import (
 // Hello registers an edge's (re)connection and says where it resumes.
 //
 // An unknown edge is adopted with its epoch and nothing acked. An epoch
-// below the one the hub holds is refused with ErrFenced. A higher epoch is
-// adopted: the edge restarted its sequence, and nothing of the new epoch is
-// acked yet. For the same epoch the answer is the durable acked sequence;
-// when the edge is behind it (nextSeq-1 < AckedSeq, restored from an older
-// copy) the hub only reports it and the edge starts a new epoch itself.
+// below the one the hub holds is answered with the hub's epoch (and its
+// acked sequence), not an error: the edge starts the epoch after it. A
+// higher epoch is adopted, the edge restarted its sequence and nothing of
+// the new epoch is acked yet, unless it is beyond MaxEpoch, or more than
+// MaxEpochStep past the held one (ErrBadEpoch, counted and logged). For
+// the same epoch the answer is the durable acked sequence; when the edge
+// is behind it (nextSeq-1 < AckedSeq, restored from an older copy) the hub
+// only reports it and the edge starts a new epoch itself.
 func (h *Hub) Hello(edgeID string, epoch, nextSeq uint64) (Resume, error) {
 	if edgeID == "" || len(edgeID) > maxEdgeID {
 		return Resume{}, fmt.Errorf("hub: hello: edge id of %d bytes, want 1..%d: %w", len(edgeID), maxEdgeID, ErrBadBatch)
@@ -28,17 +31,41 @@ func (h *Hub) Hello(edgeID string, epoch, nextSeq uint64) (Resume, error) {
 	if h.closed {
 		return Resume{}, ErrClosed
 	}
+	now := h.cfg.Now()
+	if err := h.checkEpoch(now, "hello", edgeID, epoch); err != nil {
+		return Resume{}, err
+	}
 	e := h.edgeFor(edgeID, epoch)
-	switch {
-	case epoch < e.epoch:
-		return Resume{}, fmt.Errorf("hub: hello from %q with epoch %d, the hub holds %d: %w", edgeID, epoch, e.epoch, ErrFenced)
-	case epoch > e.epoch:
+	if epoch > e.epoch {
 		e.adopt(epoch)
 	}
-	e.lastSeen = h.cfg.Now()
+	e.lastSeen = now
 	e.dirty = true
 	_ = nextSeq // an edge behind the hub finds out from the answer
 	return Resume{Epoch: e.epoch, AckedSeq: e.ackedSeq()}, nil
+}
+
+// checkEpoch refuses (ErrBadEpoch) an epoch that a Hello or batch of
+// edgeID would make the hub adopt when it is beyond MaxEpoch, or more than
+// MaxEpochStep past the epoch the hub holds (a held epoch of 0, or none,
+// takes any up to MaxEpoch), and counts and logs the refusal. Caller holds
+// h.mu.
+func (h *Hub) checkEpoch(now time.Time, what, edgeID string, epoch uint64) error {
+	var held uint64
+	if i, ok := h.edgeIdx[edgeID]; ok {
+		held = h.edges[i].epoch
+	}
+	if epoch <= held || epoch <= MaxEpoch && (held == 0 || epoch-held <= MaxEpochStep) {
+		return nil
+	}
+	reason := fmt.Sprintf("%s with epoch %d; the hub holds %d and adopts at most %d past it, and none beyond %d",
+		what, epoch, held, MaxEpochStep, uint64(MaxEpoch))
+	h.stats.EpochsRefused++
+	if logIt, suppressed := h.epochs.note(now, edgeID, 0, reason); logIt {
+		h.cfg.Logger.Warn("hub: refused an epoch", "edge", edgeID, "what", what, "epoch", epoch, "held", held,
+			"unlogged_since_last", suppressed)
+	}
+	return fmt.Errorf("hub: edge %q: %s: %w", edgeID, reason, ErrBadEpoch)
 }
 
 // edgeFor returns the edge, creating it with epoch when it is new.
@@ -71,6 +98,9 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 	}
 	if err != nil || refused != nil {
 		return h.refuse(now, b, refused, err)
+	}
+	if err := h.checkEpoch(now, "batch", b.EdgeId, b.Epoch); err != nil {
+		return err
 	}
 	e := h.edgeFor(b.EdgeId, b.Epoch)
 	switch {

@@ -15,11 +15,10 @@
 // edge. Two versions of one edge's window are never added together.
 //
 // Apply validates a batch completely before it applies anything of it
-// (Refusals, below), checks the epoch (ErrFenced when older than the hub's; a newer one is adopted and
-// its sequence starts over) and the sequence (ErrGap when it starts past
-// the next expected one, unless nothing of the epoch was applied yet), drops
-// entries already applied, and stores each partial in memory if it is newer
-// than the edge's stored one. Every CommitInterval one bbolt transaction
+// (Refusals, below), checks the epoch (Epochs, below) and the sequence
+// (ErrGap when it starts past the next expected one, unless nothing of the
+// epoch was applied yet), drops entries already applied, and stores each
+// partial in memory if it is newer than the edge's stored one. Every CommitInterval one bbolt transaction
 // writes the changed partials, the edges' epochs and applied sequences,
 // and the results emitted by that commit. Only after it commits do the
 // acked sequences advance (Acked) and the results reach subscribers.
@@ -47,6 +46,24 @@
 // in between. The limits are exported (MaxKeyBytes, MaxStateBytes,
 // MaxBatchPartials) so that hub/server announces them to edges, which
 // then set such entries aside before sending them.
+//
+// # Epochs
+//
+// An edge's epoch grows when it finds the hub knows more of it than it
+// remembers (restored from an older copy) or the hub holds a later one;
+// the partials it then resends replace the old history's per window. A
+// Hello with an epoch older than the hub's is answered with the hub's
+// epoch (the edge starts the one after it), a batch of one is refused with
+// ErrFenced. A later epoch is adopted only up to MaxEpochStep past the
+// held one and never beyond MaxEpoch (an edge the hub holds no epoch for
+// may start anywhere up to it): anything else is refused with ErrBadEpoch,
+// counted (Status.EpochsRefused, EpochRefusals) and logged, so that a
+// valid token cannot fence the real edge for good with epoch 2^64-1, and
+// a fenced edge does not loop. A store written by an older hub may hold an
+// edge at an epoch beyond MaxEpoch: Open logs it and holds the edge at
+// epoch 0 (its next Hello is adopted, the bounded epoch written at the
+// next commit), and reads a stored partial's epoch beyond MaxEpoch as 0,
+// so the partials the edge resends under its new epoch replace them.
 //
 // # Exactly once
 //

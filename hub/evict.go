@@ -149,6 +149,9 @@ func (h *Hub) loadRecord(pp *pipe, kg uint32, k, v []byte) (*window, error) {
 	if w.partOf(e.idx) != nil {
 		return nil, bad(fmt.Errorf("edge %q's partial loaded twice", pk.edge))
 	}
+	if epoch > MaxEpoch {
+		epoch = 0 // see restoreEdges: any partial the edge sends replaces it
+	}
 	w.parts = append(w.parts, part{edge: e.idx, epoch: epoch, seq: seq, version: version, state: bytes.Clone(state)})
 	return w, nil
 }

@@ -19,8 +19,11 @@ import (
 
 // Errors Apply and Hello return; the server maps them to gRPC codes.
 var (
-	// ErrFenced: the edge's epoch is older than the one the hub holds.
+	// ErrFenced: a batch's epoch is older than the one the hub holds.
 	ErrFenced = errors.New("hub: epoch fenced")
+	// ErrBadEpoch: a Hello or batch with an epoch the hub will not adopt:
+	// beyond MaxEpoch, or more than MaxEpochStep past the held one.
+	ErrBadEpoch = errors.New("hub: epoch out of bounds")
 	// ErrGap: the batch starts past the next sequence the hub expects.
 	ErrGap = errors.New("hub: sequence gap")
 	// ErrBadBatch: a batch the hub will never take, nothing of it
@@ -35,6 +38,16 @@ var (
 	ErrBadQuery = errors.New("hub: bad query")
 	// ErrCorrupt: the store holds bytes that do not decode; Open fails.
 	ErrCorrupt = errors.New("hub: store corrupt")
+)
+
+// Bounds of the epochs the hub adopts (package doc, Epochs).
+const (
+	// MaxEpochStep is how far past the held epoch a Hello or batch may
+	// move an edge.
+	MaxEpochStep = 16
+	// MaxEpoch is the highest epoch of any edge; a store holding a higher
+	// one (an older hub adopted anything) is read as holding none.
+	MaxEpoch = 1 << 32
 )
 
 // Config configures a Hub.
@@ -136,6 +149,11 @@ type Status struct {
 	PartialsRefused uint64
 	// Refusals: the edges with batches refused within IncidentWindow.
 	Refusals []Incident
+	// EpochsRefused: Hellos and batches refused with ErrBadEpoch, since
+	// Open.
+	EpochsRefused uint64
+	// EpochRefusals: the edges with epochs refused within IncidentWindow.
+	EpochRefusals []Incident
 }
 
 // The methods below are the contract with hub/server; see each doc.
@@ -244,6 +262,7 @@ type Hub struct {
 	stats        Status
 	clamps       incidents // watermarks held at the clock bound
 	refusals     incidents // batches refused
+	epochs       incidents // epochs refused
 
 	subMu      sync.Mutex
 	subs       map[*subscriber]struct{}
@@ -390,6 +409,7 @@ func (h *Hub) Status() Status {
 	st.OpenWindows = st.WindowsResident
 	st.Clamps = h.clamps.recent(now)
 	st.Refusals = h.refusals.recent(now)
+	st.EpochRefusals = h.epochs.recent(now)
 	return st
 }
 

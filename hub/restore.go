@@ -120,8 +120,17 @@ func (h *Hub) restoreEdges(b *bolt.Bucket) error {
 		}
 		e := h.edgeFor(string(k), r.epoch)
 		e.applied, e.acked, e.ackedEpoch = r.acked, r.acked, r.epoch
+		if r.epoch > MaxEpoch {
+			// Adopted by a hub that took any epoch. Held as none, the
+			// edge's next Hello is adopted; its partials stay, and the
+			// ones it resends under that epoch replace them (loadRecord
+			// reads such a partial's epoch as 0).
+			h.cfg.Logger.Warn("hub: open: an edge's stored epoch is beyond any an edge reaches; it holds none now",
+				"edge", string(k), "epoch", r.epoch, "max_epoch", uint64(MaxEpoch))
+			e.epoch, e.applied, e.acked, e.ackedEpoch = 0, 0, 0, 0
+		}
 		e.lastSeen = time.Unix(0, r.lastSeen)
-		e.dirty = false
+		e.dirty = r.epoch > MaxEpoch // rewritten at the next commit
 		bound := h.futureBound(h.cfg.Now())
 		for _, w := range r.watermarks {
 			pp := h.pipes[w.pipeline]

@@ -37,9 +37,11 @@
 // each core.Apply'd in order by a receive loop, while an acker sends
 // Ack{epoch, acked_seq} each time core.Acked's next channel closes and
 // the durable sequence moved. Core errors end the stream with stable
-// codes: ErrFenced → FailedPrecondition, ErrGap → OutOfRange (reconnect,
-// resume from the ack), ErrBadBatch → InvalidArgument (with the reason),
-// ErrClosed → Unavailable. A *hub.RefusedError (some partials the hub
+// codes: ErrFenced → FailedPrecondition (a batch of an older epoch; a
+// Hello with one is answered with the hub's epoch instead), ErrGap →
+// OutOfRange (reconnect, resume from the ack), ErrBadBatch and
+// ErrBadEpoch → InvalidArgument (with the reason), ErrClosed →
+// Unavailable. A *hub.RefusedError (some partials the hub
 // will never accept) is InvalidArgument with a runnelv1.Refusal detail
 // naming the entries by sequence number with their reasons, at most 1000
 // of them with reasons cut to 256 bytes so that the trailer stays small;

@@ -47,6 +47,7 @@ var (
 	descExpired     = prometheus.NewDesc("runnel_hub_partials_expired_total", "Partials dropped because their window is past retention.", nil, nil)
 	descBRefused    = prometheus.NewDesc("runnel_hub_batches_refused_total", "Uplink batches refused (InvalidArgument), nothing of them applied: malformed, or with partials the hub will never accept.", nil, nil)
 	descPRefused    = prometheus.NewDesc("runnel_hub_partials_refused_total", "Partials refused by name (the edge sets them aside and resends the batch without them).", nil, nil)
+	descEpochs      = prometheus.NewDesc("runnel_hub_epochs_refused_total", "Hellos and batches refused for an epoch the hub will not adopt (too far past the held one, or beyond any an edge reaches).", nil, nil)
 	descClamped     = prometheus.NewDesc("runnel_hub_watermarks_clamped_total", "Edge watermarks more than merge.max_future ahead of the hub's clock, held at that bound.", nil, nil)
 	descWatermark   = prometheus.NewDesc("runnel_hub_watermark_seconds", "Hub watermark (min over live edges), Unix seconds; absent before any edge reported one.", []string{"pipeline"}, nil)
 	descPResults    = prometheus.NewDesc("runnel_hub_pipeline_results", "Result versions stored, per pipeline.", []string{"pipeline"}, nil)
@@ -55,7 +56,7 @@ var (
 func (c coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBatches, descBatchesDup, descPartials, descPartialsDup, descResults, descCommits,
 		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descEvicted, descReloaded, descExpired,
-		descBRefused, descPRefused, descClamped, descWatermark, descPResults} {
+		descBRefused, descPRefused, descEpochs, descClamped, descWatermark, descPResults} {
 		ch <- d
 	}
 }
@@ -89,6 +90,7 @@ func (c coreCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descBRefused, st.BatchesRefused)
 	counter(descPRefused, st.PartialsRefused)
 	counter(descClamped, st.WatermarksClamped)
+	counter(descEpochs, st.EpochsRefused)
 	for _, p := range c.core.Pipelines() {
 		if p.HasWatermark {
 			gauge(descWatermark, float64(p.Watermark)/1e3, p.Pipeline.Name)

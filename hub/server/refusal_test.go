@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -116,5 +117,41 @@ func TestRefusalDetailBounded(t *testing.T) {
 		if len(en.Reason) > 256 || !strings.HasSuffix(en.Reason, "...") {
 			t.Fatalf("reason of %d bytes: %q", len(en.Reason), en.Reason)
 		}
+	}
+}
+
+// TestEpochCodes: against the real core, a Hello with an older epoch gets
+// the hub's in its Resume; one too far ahead is InvalidArgument; a batch
+// of the older epoch is FailedPrecondition.
+func TestEpochCodes(t *testing.T) {
+	h := openHub(t)
+	e := start(t, h, nil)
+	up := runnelv1.NewUplinkClient(e.conn)
+	ctx := withToken(testCtx(t), "token-1")
+	open := func(epoch uint64) (grpc.BidiStreamingClient[runnelv1.SyncRequest, runnelv1.SyncResponse], *runnelv1.Resume, error) {
+		s, err := up.Sync(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Send(hello("gw-1", epoch, 1))
+		m, err := s.Recv()
+		return s, m.GetResume(), err
+	}
+	s, r, err := open(5)
+	if err != nil || r.Epoch != 5 {
+		t.Fatalf("Hello 5: %v %v", r, err)
+	}
+	s.CloseSend()
+	recvErr(s)
+	s, r, err = open(3)
+	if err != nil || r.Epoch != 5 {
+		t.Fatalf("Hello 3: %v %v, want the hub's epoch 5", r, err)
+	}
+	s.Send(batch(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 3, FirstSeq: 1, LastSeq: 1}))
+	wantCode(t, recvErr(s), codes.FailedPrecondition, "batch of an older epoch")
+	_, _, err = open(5 + hub.MaxEpochStep + 1)
+	wantCode(t, err, codes.InvalidArgument, "Hello too far ahead")
+	if st := h.Status(); st.EpochsRefused != 1 {
+		t.Fatalf("epochs refused %d", st.EpochsRefused)
 	}
 }

@@ -24,8 +24,9 @@ type uplink struct {
 // coreError maps the hub core's errors to the gRPC codes edges act on:
 // FailedPrecondition (fenced: start a new epoch), OutOfRange (gap:
 // reconnect and resume from the ack), InvalidArgument (a batch the hub
-// will never take, or a bad query), Unavailable (retry later); anything
-// else is Internal.
+// will never take, with a Refusal detail when it is some of its partials;
+// an epoch it will not adopt; a bad query), Unavailable (retry later);
+// anything else is Internal.
 func coreError(err error) error {
 	if err == nil {
 		return nil
@@ -39,7 +40,7 @@ func coreError(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, hub.ErrGap):
 		code = codes.OutOfRange
-	case errors.Is(err, hub.ErrBadBatch), errors.Is(err, hub.ErrBadQuery):
+	case errors.Is(err, hub.ErrBadBatch), errors.Is(err, hub.ErrBadQuery), errors.Is(err, hub.ErrBadEpoch):
 		code = codes.InvalidArgument
 	case errors.Is(err, hub.ErrClosed):
 		code = codes.Unavailable
