@@ -90,40 +90,58 @@ func (h *Hub) edgeFor(id string, epoch uint64) *edge {
 // next group commit. See the package documentation for the rules.
 func (h *Hub) Apply(b *runnelv1.Batch) error {
 	now := h.cfg.Now()
-	minEnd, refused, err := h.validate(b, now)
+	minEnd, refused, unknown, err := h.validate(b, now)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return ErrClosed
 	}
-	if err != nil || refused != nil {
-		return h.refuse(now, b, refused, err)
+	if err != nil {
+		return h.refuse(now, b, nil, err)
 	}
 	if err := h.checkEpoch(now, "batch", b.EdgeId, b.Epoch); err != nil {
 		return err
 	}
-	e := h.edgeFor(b.EdgeId, b.Epoch)
-	switch {
-	case b.Epoch < e.epoch:
-		return fmt.Errorf("hub: batch from %q with epoch %d, the hub holds %d: %w", b.EdgeId, b.Epoch, e.epoch, ErrFenced)
-	case b.Epoch > e.epoch:
-		e.adopt(b.Epoch)
+	// Nothing changes until the batch is known to apply: the edge is
+	// created, or its epoch adopted, after the last check.
+	e := (*edge)(nil)
+	applied, parked := uint64(0), int64(0)
+	if i, ok := h.edgeIdx[b.EdgeId]; ok {
+		e = h.edges[i]
+		switch {
+		case b.Epoch < e.epoch:
+			return fmt.Errorf("hub: batch from %q with epoch %d, the hub holds %d: %w", b.EdgeId, b.Epoch, e.epoch, ErrFenced)
+		case b.Epoch == e.epoch:
+			applied = e.applied
+		}
+		parked = e.parked
 	}
-	applied := e.applied
 	// Nothing applied in this epoch yet: the edge deleted what an earlier
 	// incarnation of the hub acked, so any start is accepted.
 	if applied > 0 && b.FirstSeq > applied+1 {
 		return fmt.Errorf("hub: batch from %q epoch %d starts at seq %d, the hub expects %d: %w",
 			b.EdgeId, b.Epoch, b.FirstSeq, applied+1, ErrGap)
 	}
+	if unknown {
+		refused = h.parkRefusals(b, parked, applied, refused)
+	}
+	if refused != nil {
+		return h.refuse(now, b, refused, nil)
+	}
 	if minEnd < h.residentFrom {
 		if err := h.reloadEvicted(b, applied); err != nil {
 			return err
 		}
 	}
+	if e == nil {
+		e = h.edgeFor(b.EdgeId, b.Epoch)
+	} else if b.Epoch > e.epoch {
+		e.adopt(b.Epoch)
+	}
 
 	e.lastSeen = now
 	e.dirty = true
+	nowMs := now.UnixMilli()
 	bound := h.futureBound(now)
 	for _, wm := range b.Watermarks {
 		w := wm.WatermarkMs
@@ -131,8 +149,12 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 			h.clamp(now, e.id, wm.Pipeline, w, bound)
 			w = bound
 		}
-		i := h.pipes[wm.Pipeline].idx
-		if !e.hasWM[i] || w > e.wm[i] {
+		pp := h.pipes[wm.Pipeline]
+		if pp == nil {
+			h.parkWatermark(nowMs, e, wm.Pipeline, w)
+			continue
+		}
+		if i := pp.idx; !e.hasWM[i] || w > e.wm[i] {
 			e.wm[i] = w
 			e.hasWM[i] = true
 		}
@@ -152,6 +174,10 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 		}
 		if pp == nil || pp.p.Name != p.Pipeline {
 			pp = h.pipes[p.Pipeline]
+		}
+		if pp == nil {
+			h.park(nowMs, e, b.Epoch, p)
+			continue
 		}
 		h.applyPartial(pp, e, b.Epoch, p)
 	}
@@ -214,11 +240,13 @@ func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial)
 // now, without touching any state. A problem of the batch as a whole is an
 // error wrapping ErrBadBatch; partials the hub will never accept are
 // returned in refused, each with its reason (nil when there is none). It
-// also returns the lowest window end of the partials. It allocates
-// nothing for a batch without problems.
-func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused []Refused, err error) {
+// also returns the lowest window end of the partials of known pipelines,
+// and whether b names a pipeline the hub does not know (its partials and
+// watermarks are parked). It allocates nothing for a batch without
+// problems.
+func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused []Refused, unknown bool, err error) {
 	if b == nil {
-		return 0, nil, fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
+		return 0, nil, false, fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("hub: batch from %q epoch %d seqs %d..%d: %s: %w",
@@ -226,17 +254,17 @@ func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused 
 	}
 	switch {
 	case b.EdgeId == "":
-		return 0, nil, bad("empty edge id")
+		return 0, nil, false, bad("empty edge id")
 	case len(b.EdgeId) > maxEdgeID:
-		return 0, nil, bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
+		return 0, nil, false, bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
 	case b.FirstSeq == 0:
-		return 0, nil, bad("first_seq 0: sequences start at 1")
+		return 0, nil, false, bad("first_seq 0: sequences start at 1")
 	case b.FirstSeq > b.LastSeq && (b.LastSeq == math.MaxUint64 || b.FirstSeq != b.LastSeq+1):
-		return 0, nil, bad("first_seq after last_seq + 1")
+		return 0, nil, false, bad("first_seq after last_seq + 1")
 	case b.FirstSeq > b.LastSeq && len(b.Partials) > 0:
-		return 0, nil, bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
+		return 0, nil, false, bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
 	case len(b.Partials) > MaxBatchPartials:
-		return 0, nil, bad("%d partials, at most %d", len(b.Partials), MaxBatchPartials)
+		return 0, nil, false, bad("%d partials, at most %d", len(b.Partials), MaxBatchPartials)
 	}
 	minEnd = math.MaxInt64
 	bound := h.futureBound(now)
@@ -253,13 +281,13 @@ func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused 
 	}
 	for i, p := range b.Partials {
 		if p == nil {
-			return 0, nil, bad("partial %d is nil", i)
+			return 0, nil, false, bad("partial %d is nil", i)
 		}
 		switch {
 		case p.Seq <= prev:
-			return 0, nil, bad("partial %d: seq %d not after %d", i, p.Seq, prev)
+			return 0, nil, false, bad("partial %d: seq %d not after %d", i, p.Seq, prev)
 		case p.Seq > b.LastSeq:
-			return 0, nil, bad("partial %d: seq %d after last_seq", i, p.Seq)
+			return 0, nil, false, bad("partial %d: seq %d after last_seq", i, p.Seq)
 		}
 		prev = p.Seq
 		if pp == nil || pp.p.Name != p.Pipeline {
@@ -280,8 +308,10 @@ func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused 
 			refuse(p, "window starts at %d, more than %v after the hub's clock (%d)", p.WindowStart, h.cfg.MaxFuture, now.UnixMilli())
 		case len(p.State) > maxStateLen:
 			refuse(p, "state of %d bytes, at most %d", len(p.State), maxStateLen)
+		case pp == nil && (p.Pipeline == "" || len(p.Pipeline) > maxPipeLen):
+			refuse(p, "pipeline name of %d bytes, want 1..%d", len(p.Pipeline), maxPipeLen)
 		case pp == nil:
-			refuse(p, "unknown pipeline %q", p.Pipeline)
+			unknown = true // parked, its state unread
 		case pp.keyed && len(p.Key) == 0:
 			refuse(p, "empty key for pipeline %q, which has key fields", p.Pipeline)
 		case !pp.keyed && len(p.Key) > 0:
@@ -296,11 +326,14 @@ func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused 
 	}
 	for _, wm := range b.Watermarks {
 		if wm == nil {
-			return 0, nil, bad("nil watermark")
+			return 0, nil, false, bad("nil watermark")
 		}
 		if h.pipes[wm.Pipeline] == nil {
-			return 0, nil, bad("watermark for unknown pipeline %q", wm.Pipeline)
+			if wm.Pipeline == "" || len(wm.Pipeline) > maxPipeLen {
+				return 0, nil, false, bad("watermark for a pipeline name of %d bytes, want 1..%d", len(wm.Pipeline), maxPipeLen)
+			}
+			unknown = true
 		}
 	}
-	return minEnd, refused, nil
+	return minEnd, refused, unknown, nil
 }

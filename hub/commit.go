@@ -28,11 +28,14 @@ import (
 type opKind uint8
 
 const (
-	opPutPartial  opKind = iota // partials/<kg>: k -> v
-	opPutResult                 // results/<pipeline>: k -> v
-	opExpire                    // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
-	opPutEdge                   // edges: k -> v
-	opPutPipeline               // pipelines/<pipeline>: k -> v, less the results opExpire deleted
+	opPutPartial   opKind = iota // partials/<kg>: k -> v
+	opPutResult                  // results/<pipeline>: k -> v
+	opExpire                     // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
+	opPutEdge                    // edges: k -> v
+	opPutPipeline                // pipelines/<pipeline>: k -> v, less the results opExpire deleted
+	opPutParked                  // parked: k -> v
+	opSweepParked                // parked: delete the records parked before n
+	opDeleteParked               // parked: delete the records under prefix k (a pipeline now configured)
 )
 
 // op is one write; its key and value are ranges of writeSet.buf, which may
@@ -60,8 +63,14 @@ func (o *op) bucketOrder() uint64 {
 		return 3<<32 | uint64(o.pipe)
 	case opPutEdge:
 		return 4 << 32
+	case opPutPipeline:
+		return 5 << 32
+	case opPutParked:
+		return 6 << 32
+	case opSweepParked:
+		return 7 << 32 // after the puts, which it then counts as left
 	}
-	return 5 << 32 // opPutPipeline
+	return 8 << 32 // opDeleteParked
 }
 
 // ackTo is an edge's durable position once the writeSet commits.
@@ -79,6 +88,10 @@ type writeSet struct {
 	// expired is what the transaction's opExpire found, per pipe.idx;
 	// write fills it afresh on every attempt.
 	expired []expired
+	// sweeping: ops has an opSweepParked, whose outcome is in swept
+	// (filled afresh on every attempt).
+	sweeping bool
+	swept    sweepResult
 }
 
 // expired is what one transaction's expiry did to a pipeline's store.
@@ -96,6 +109,10 @@ func (ws *writeSet) reset() {
 	ws.acks = ws.acks[:0]
 	clear(ws.results) // drop references for the GC
 	ws.results = ws.results[:0]
+	ws.sweeping = false
+	ws.swept.ran = false
+	clear(ws.swept.swept)
+	ws.swept.swept = ws.swept.swept[:0]
 }
 
 // add appends an op whose key is ws.buf[k0:] up to the value, which the
@@ -159,6 +176,9 @@ func (h *Hub) commitLocked() error {
 	for _, pp := range h.pipeList {
 		h.evict(pp)
 	}
+	if ws.swept.ran {
+		h.finishSweep(&ws.swept)
+	}
 	h.stats.CommitErr = ""
 	h.stats.Commits++
 	h.stats.Results += uint64(len(ws.results))
@@ -217,6 +237,8 @@ func (h *Hub) prepare(ws *writeSet) {
 		}
 		h.expire(ws, pp, now)
 	}
+
+	h.prepareParked(ws, emitted)
 
 	for _, e := range h.edges {
 		if !e.dirty {
@@ -372,6 +394,7 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 	results := tx.Bucket(bucketResults)
 	edges := tx.Bucket(bucketEdges)
 	pipes := tx.Bucket(bucketPipelines)
+	parked := tx.Bucket(bucketParked)
 	kgs := make([]*bolt.Bucket, h.keyGroups)
 	kgBucketOf := func(kg uint32) (*bolt.Bucket, error) {
 		if kgs[kg] == nil {
@@ -414,6 +437,7 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 		ws.expired = make([]expired, len(h.pipeList))
 	}
 	clear(ws.expired)
+	ws.swept.ran = false
 	for _, o := range ws.ops {
 		k, v := ws.buf[o.k0:o.k1], ws.buf[o.v0:o.v1]
 		var err error
@@ -442,6 +466,12 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 			if err == nil {
 				err = pipes.Put(k, v)
 			}
+		case opPutParked:
+			err = parked.Put(k, v)
+		case opSweepParked:
+			err = h.sweepParked(parked, o.n, &ws.swept)
+		case opDeleteParked:
+			err = deletePrefix(parked, k, &ws.scratch)
 		}
 		if err != nil {
 			return fmt.Errorf("hub: commit: %w", err)
@@ -499,6 +529,18 @@ func deleteWindowsBefore(b *bolt.Bucket, prefix []byte, bound int64, scratch *[]
 		k, _ = c.Seek(*scratch)
 	}
 	return math.MaxInt64, nil
+}
+
+// deletePrefix deletes the keys of b that begin with prefix.
+func deletePrefix(b *bolt.Bucket, prefix []byte, scratch *[]byte) error {
+	*scratch = append((*scratch)[:0], prefix...)
+	c := b.Cursor()
+	for k, _ := c.Seek(*scratch); k != nil && bytes.HasPrefix(k, *scratch); k, _ = c.Seek(*scratch) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lessResults re-encodes the pipeline record v under k with n fewer result

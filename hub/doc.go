@@ -36,8 +36,10 @@
 // for one without; a window whose end is not after its start, or that
 // starts more than MaxFuture after the hub's clock; a state longer than
 // MaxStateBytes, or one that does not decode with the pipeline's
-// aggregates (the edge runs another spec). Nothing of such a batch is
-// applied. The edge sets the named entries aside (its quarantine) and
+// aggregates (the edge runs another spec); a pipeline name that is empty
+// or longer than 255 bytes; a partial of a pipeline the hub does not know
+// once the edge's parking quota is full (Unknown pipelines, below).
+// Nothing of such a batch is applied. The edge sets the named entries aside (its quarantine) and
 // sends the batch again without them, their sequence numbers skipped, and
 // that one applies. Refused batches and partials are counted
 // (Status.BatchesRefused, PartialsRefused), reported per edge while the
@@ -46,6 +48,34 @@
 // in between. The limits are exported (MaxKeyBytes, MaxStateBytes,
 // MaxBatchPartials) so that hub/server announces them to edges, which
 // then set such entries aside before sending them.
+//
+// # Unknown pipelines
+//
+// A pipeline the hub does not know parks only its own partials. Apply
+// accepts the batch; the partials of pipelines not in Config.Pipelines
+// (checked for what needs no spec: key length, bounds, state length) and
+// each edge's latest watermark of them are parked: written by the commit
+// that writes the edge's applied sequence, in the same transaction, to the
+// parked bucket (docs/formats/hub-store.md), counted
+// (Status.PartialsParked, and Status.Parked per pipeline) and logged once
+// per (edge, pipeline). When the hub opens with such a pipeline
+// configured, its parked partials are applied as if they had just
+// arrived, in (edge, epoch, seq) order, under the per-edge
+// replace-if-newer rule and expiry (an evicted window is reloaded first);
+// a parked partial that does not decode with the pipeline's aggregates is
+// dropped with a log line and counted in Status.PartialsRefused. Parked
+// watermarks become the edges' watermarks of the pipeline. The first
+// commit writes the applied partials and deletes the pipeline's parked
+// records, in one transaction: a crash before it parks them still, and
+// the next Open applies them again, once. Each edge may have ParkedQuota
+// bytes parked (default 64 MiB); beyond it its partials of unknown
+// pipelines are refused per entry (RefusedError, the reason says the
+// quota is full), so the edge sets them aside, while its other pipelines
+// go on. Parked records older than Retention (by the hub's clock when
+// parked; a parked watermark counts as parked again with each partial of
+// its edge and pipeline) are deleted by a sweep that runs once the oldest
+// is past Retention by a sixteenth of it (Status.ParkedExpired), and are
+// not applied at Open.
 //
 // # Epochs
 //
@@ -146,6 +176,8 @@
 //     reloaded, not at Open; a corrupt one fails every batch that needs
 //     it with ErrCorrupt (nothing of the batch applied), so that edge's
 //     uplink stalls until the store is repaired.
+//   - Open reads the whole parked bucket (at most ParkedQuota per edge)
+//     to count it, and a parked-record sweep reads it whole too.
 //   - Session windows are merged by exact (start, end). Sessions of one key
 //     that the edges cut differently (each edge saw other records) stay
 //     separate results; the hub does not merge overlapping sessions.

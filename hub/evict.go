@@ -57,7 +57,9 @@ func (h *Hub) reloadEvicted(b *runnelv1.Batch, applied uint64) error {
 			continue
 		}
 		if pp == nil || pp.p.Name != p.Pipeline {
-			pp = h.pipes[p.Pipeline]
+			if pp = h.pipes[p.Pipeline]; pp == nil {
+				continue // parked
+			}
 		}
 		if p.WindowEnd >= pp.residentFrom || p.WindowEnd < pp.expiredTo {
 			continue

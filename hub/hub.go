@@ -58,6 +58,7 @@ type Config struct {
 	EdgeTimeout    time.Duration         // silent longer: stops holding the watermark back (default 1m)
 	Retention      time.Duration         // windows and results kept this long past min(hub watermark, hub clock) (default 7 days)
 	MaxFuture      time.Duration         // how far an edge's watermark or a window's start may lead the hub's clock (default 1h; package doc, Time)
+	ParkedQuota    int64                 // bytes of partials of unknown pipelines parked per edge (default 64 MiB; package doc, Unknown pipelines)
 	Resident       time.Duration         // emitted windows ending more than this before the hub watermark leave memory; a late partial reloads one (default 1h; package doc, Memory)
 	CommitInterval time.Duration         // group commit period (default 20ms)
 	NoSync         bool                  // bbolt NoSync, for tests and benchmarks only
@@ -154,6 +155,12 @@ type Status struct {
 	EpochsRefused uint64
 	// EpochRefusals: the edges with epochs refused within IncidentWindow.
 	EpochRefusals []Incident
+	// PartialsParked: partials of pipelines the hub does not know parked
+	// since Open; PartialsUnparked: parked partials applied by Open;
+	// ParkedExpired: parked partials deleted after Retention.
+	PartialsParked, PartialsUnparked, ParkedExpired uint64
+	// Parked: what is parked now, per pipeline.
+	Parked []ParkedPipeline
 }
 
 // The methods below are the contract with hub/server; see each doc.
@@ -188,6 +195,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("hub: config: %s %v is negative", name, d))
 		}
 	}
+	if c.ParkedQuota < 0 {
+		errs = append(errs, fmt.Errorf("hub: config: ParkedQuota %d is negative", c.ParkedQuota))
+	}
 	seen := map[string]bool{}
 	for i, p := range c.Pipelines {
 		switch {
@@ -221,6 +231,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFuture == 0 {
 		c.MaxFuture = time.Hour
+	}
+	if c.ParkedQuota == 0 {
+		c.ParkedQuota = defaultParkedQuota
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -263,6 +276,7 @@ type Hub struct {
 	clamps       incidents // watermarks held at the clock bound
 	refusals     incidents // batches refused
 	epochs       incidents // epochs refused
+	parking      parking   // partials and watermarks of unknown pipelines
 
 	subMu      sync.Mutex
 	subs       map[*subscriber]struct{}
@@ -304,6 +318,7 @@ func Open(cfg Config) (*Hub, error) {
 		opened:       cfg.Now(),
 		resident:     int64(cfg.Resident / time.Millisecond),
 		residentFrom: math.MinInt64,
+		parking:      parking{oldest: math.MaxInt64},
 		pipes:        map[string]*pipe{},
 		edgeIdx:      map[string]int32{},
 		next:         make(chan struct{}),
@@ -410,6 +425,7 @@ func (h *Hub) Status() Status {
 	st.Clamps = h.clamps.recent(now)
 	st.Refusals = h.refusals.recent(now)
 	st.EpochRefusals = h.epochs.recent(now)
+	st.Parked = h.parkedStatus()
 	return st
 }
 

@@ -218,8 +218,11 @@ func TestBadBatches(t *testing.T) {
 				b.Partials = append(b.Partials, &runnelv1.Partial{Seq: s + 1})
 			}
 		}, "100001 partials, at most 100000", false},
-		{"unknown watermark pipeline", func(b *runnelv1.Batch) { b.Watermarks[0].Pipeline = "nope" }, "watermark for unknown", false},
-		{"unknown pipeline", func(b *runnelv1.Batch) { b.Partials[1].Pipeline = "nope" }, `unknown pipeline "nope"`, true},
+		{"watermark of a long pipeline name", func(b *runnelv1.Batch) { b.Watermarks[0].Pipeline = strings.Repeat("p", 256) },
+			"watermark for a pipeline name of 256 bytes", false},
+		{"nil watermark", func(b *runnelv1.Batch) { b.Watermarks[0] = nil }, "nil watermark", false},
+		{"long pipeline name", func(b *runnelv1.Batch) { b.Partials[1].Pipeline = strings.Repeat("p", 256) }, "pipeline name of 256 bytes", true},
+		{"empty pipeline name", func(b *runnelv1.Batch) { b.Partials[1].Pipeline = "" }, "pipeline name of 0 bytes", true},
 		{"empty window", func(b *runnelv1.Batch) { b.Partials[1].WindowEnd = b.Partials[1].WindowStart }, "window end", true},
 		{"window in the future", func(b *runnelv1.Batch) { b.Partials[1].WindowStart, b.Partials[1].WindowEnd = future, future+1000 },
 			"more than 1h0m0s after the hub's clock", true},

@@ -113,6 +113,7 @@ func (th *testHub) open() {
 		Retention:      time.Hour,
 		NoSync:         true,
 		Now:            th.clock.Now,
+		Logger:         slog.New(slog.DiscardHandler),
 	}
 	if th.cfg != nil {
 		th.cfg(&cfg)

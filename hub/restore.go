@@ -11,7 +11,9 @@ import (
 
 // restore creates the buckets of a new store, checks the layout and key
 // groups of an existing one, and loads edges, watermarks and the resident
-// windows with their partials into memory.
+// windows with their partials into memory; then it applies the parked
+// partials of pipelines now configured and counts the others
+// (restoreParked).
 func (h *Hub) restore() error {
 	return h.db.Update(func(tx *bolt.Tx) error {
 		if err := h.initMeta(tx); err != nil {
@@ -22,7 +24,7 @@ func (h *Hub) restore() error {
 			h.pipes[p.Name] = pp
 			h.pipeList = append(h.pipeList, pp)
 		}
-		for _, name := range [][]byte{bucketEdges, bucketPipelines, bucketPartials, bucketResults} {
+		for _, name := range [][]byte{bucketEdges, bucketPipelines, bucketPartials, bucketResults, bucketParked} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -33,7 +35,10 @@ func (h *Hub) restore() error {
 		if err := h.restoreEdges(tx.Bucket(bucketEdges)); err != nil {
 			return err
 		}
-		return h.restorePartials(tx.Bucket(bucketPartials))
+		if err := h.restorePartials(tx.Bucket(bucketPartials)); err != nil {
+			return err
+		}
+		return h.restoreParked(tx)
 	})
 }
 

@@ -49,6 +49,11 @@ var (
 	descPRefused    = prometheus.NewDesc("runnel_hub_partials_refused_total", "Partials refused by name (the edge sets them aside and resends the batch without them).", nil, nil)
 	descEpochs      = prometheus.NewDesc("runnel_hub_epochs_refused_total", "Hellos and batches refused for an epoch the hub will not adopt (too far past the held one, or beyond any an edge reaches).", nil, nil)
 	descClamped     = prometheus.NewDesc("runnel_hub_watermarks_clamped_total", "Edge watermarks more than merge.max_future ahead of the hub's clock, held at that bound.", nil, nil)
+	descParked      = prometheus.NewDesc("runnel_hub_partials_parked_total", "Partials of pipelines the hub does not know, parked until it is configured.", nil, nil)
+	descUnparked    = prometheus.NewDesc("runnel_hub_partials_unparked_total", "Parked partials applied when the hub opened with their pipeline configured.", nil, nil)
+	descParkedExp   = prometheus.NewDesc("runnel_hub_parked_expired_total", "Parked partials deleted after merge.retention.", nil, nil)
+	descPParked     = prometheus.NewDesc("runnel_hub_parked_partials", "Partials parked now, per pipeline the hub does not know.", []string{"pipeline"}, nil)
+	descPParkedB    = prometheus.NewDesc("runnel_hub_parked_bytes", "Bytes parked now (partials and watermarks), per pipeline the hub does not know.", []string{"pipeline"}, nil)
 	descWatermark   = prometheus.NewDesc("runnel_hub_watermark_seconds", "Hub watermark (min over live edges), Unix seconds; absent before any edge reported one.", []string{"pipeline"}, nil)
 	descPResults    = prometheus.NewDesc("runnel_hub_pipeline_results", "Result versions stored, per pipeline.", []string{"pipeline"}, nil)
 )
@@ -56,7 +61,7 @@ var (
 func (c coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBatches, descBatchesDup, descPartials, descPartialsDup, descResults, descCommits,
 		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descEvicted, descReloaded, descExpired,
-		descBRefused, descPRefused, descEpochs, descClamped, descWatermark, descPResults} {
+		descBRefused, descPRefused, descEpochs, descClamped, descParked, descUnparked, descParkedExp, descPParked, descPParkedB, descWatermark, descPResults} {
 		ch <- d
 	}
 }
@@ -91,6 +96,13 @@ func (c coreCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPRefused, st.PartialsRefused)
 	counter(descClamped, st.WatermarksClamped)
 	counter(descEpochs, st.EpochsRefused)
+	counter(descParked, st.PartialsParked)
+	counter(descUnparked, st.PartialsUnparked)
+	counter(descParkedExp, st.ParkedExpired)
+	for _, p := range st.Parked {
+		gauge(descPParked, float64(p.Partials), p.Pipeline)
+		gauge(descPParkedB, float64(p.Bytes), p.Pipeline)
+	}
 	for _, p := range c.core.Pipelines() {
 		if p.HasWatermark {
 			gauge(descWatermark, float64(p.Watermark)/1e3, p.Pipeline.Name)

@@ -155,3 +155,43 @@ func TestEpochCodes(t *testing.T) {
 		t.Fatalf("epochs refused %d", st.EpochsRefused)
 	}
 }
+
+// TestUnknownPipelineParked: against the real core, a batch with a
+// partial of a pipeline the hub does not know is acked (the partial is
+// parked), the known pipeline's partial of it merges, and /metrics shows
+// what is parked.
+func TestUnknownPipelineParked(t *testing.T) {
+	h := openHub(t)
+	p := testPipeline(t)
+	e := start(t, h, nil)
+	s, err := runnelv1.NewUplinkClient(e.conn).Sync(withToken(testCtx(t), "token-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Send(hello("gw-1", 1, 1))
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	s.Send(batch(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 1, LastSeq: 2, Partials: []*runnelv1.Partial{
+		{Seq: 1, Pipeline: "temps", Key: mustKey(t, p, "d1"), WindowEnd: 60000, Version: 1, State: state(p, 20)},
+		{Seq: 2, Pipeline: "nope", Key: []byte("k"), WindowEnd: 60000, Version: 1, State: []byte{1}}},
+		Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 60000}, {Pipeline: "nope", WatermarkMs: 60000}}}))
+	for {
+		m, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := m.GetAck(); a != nil && a.AckedSeq == 2 {
+			break
+		}
+	}
+	s.CloseSend()
+	recvErr(s)
+	_, body := e.get(t, "/metrics", "")
+	for _, want := range []string{"runnel_hub_partials_parked_total 1", `runnel_hub_parked_partials{pipeline="nope"} 1`,
+		`runnel_hub_parked_bytes{pipeline="nope"}`, "runnel_hub_partials_total 1", "runnel_hub_batches_refused_total 0"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics: missing %q in\n%s", want, grepLines(body, "runnel_hub_"))
+		}
+	}
+}
