@@ -225,12 +225,16 @@ func TestParkQuota(t *testing.T) {
 	for i := range 5 {
 		ps = append(ps, partial(other, uint64(i+2), fmt.Sprintf("k%d", i), 0, 1))
 	}
-	b := wm(batch("e", 1, 1, 6, append([]*runnelv1.Partial{partial(p, 1, "k", 0, 1)}, ps...)...), "other", 1000)
+	// With a bad partial of a known pipeline too: every refusal is named.
+	long := partial(p, 1, "k", 0, 1)
+	long.Key = make([]byte, MaxKeyBytes+1)
+	b := wm(batch("e", 1, 1, 6, append([]*runnelv1.Partial{long}, ps...)...), "other", 1000)
 	err := th.Apply(b)
 	var re *RefusedError
-	if !errors.As(err, &re) || len(re.Entries) != 2 || re.Entries[0].Seq != 5 || re.Entries[1].Seq != 6 ||
-		!strings.Contains(re.Entries[0].Reason, `the hub does not know pipeline "other", and this edge's parking quota`) {
-		t.Fatalf("err %v, want seqs 5 and 6 refused for the quota", err)
+	if !errors.As(err, &re) || len(re.Entries) != 3 || re.Entries[0].Seq != 1 || re.Entries[1].Seq != 5 || re.Entries[2].Seq != 6 ||
+		!strings.Contains(re.Entries[0].Reason, "key of") ||
+		!strings.Contains(re.Entries[1].Reason, `the hub does not know pipeline "other", and this edge's parking quota`) {
+		t.Fatalf("err %v, want seq 1 refused for its key, 5 and 6 for the quota", err)
 	}
 	if st := th.Status(); st.Batches != 0 || len(st.Parked) != 0 || st.EdgesKnown != 0 {
 		t.Fatalf("a refused batch parked something: %+v", st)
