@@ -114,6 +114,7 @@ type EdgeInfo struct {
 // Status is the hub's health and counters, for /healthz and metrics.
 type Status struct {
 	CommitErr   string // last commit failure, "" when fine
+	Closed      bool   // Close has begun: nothing more is applied
 	EdgesLive   int
 	EdgesKnown  int
 	Batches     uint64 // applied
@@ -411,6 +412,7 @@ func (h *Hub) Status() Status {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.stats
+	st.Closed = h.closed
 	now := h.cfg.Now()
 	st.EdgesKnown = len(h.edges)
 	for _, e := range h.edges {

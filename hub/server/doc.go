@@ -11,6 +11,12 @@
 //     /v1/openapi.json, SSE at /v1/pipelines/{pipeline}/results/events,
 //     /healthz, /metrics.
 //
+// /healthz, the runnel_hub_health gauge and the Health service serve one
+// report (internal/health) of named checks: commit (failing while the
+// last commit failed, or while shutting down), refusals, parked, clock and
+// epochs (degraded while the core reports such incidents; health.go).
+// /healthz is 503 only while failing.
+//
 // Both use TLS when a certificate and key are configured; without them
 // New refuses unless Config.Insecure is set, and Start logs a warning.
 // The gateway does not dial the gRPC listener: it calls a second,

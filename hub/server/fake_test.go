@@ -65,7 +65,8 @@ type fakeCore struct {
 	subs      []*fakeSub
 	commitErr string
 	watermark int64
-	applyErr  error // returned by every Apply when set
+	applyErr  error             // returned by every Apply when set
+	status    func(*hub.Status) // edits what Status returns
 }
 
 type fakeSub struct {
@@ -252,7 +253,11 @@ func (f *fakeCore) emit(r hub.Result) {
 func (f *fakeCore) Status() hub.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return hub.Status{CommitErr: f.commitErr, EdgesKnown: len(f.edges), EdgesLive: len(f.edges), Batches: uint64(len(f.applied)), Results: uint64(len(f.results)), Commits: uint64(len(f.applied))}
+	st := hub.Status{CommitErr: f.commitErr, EdgesKnown: len(f.edges), EdgesLive: len(f.edges), Batches: uint64(len(f.applied)), Results: uint64(len(f.results)), Commits: uint64(len(f.applied))}
+	if f.status != nil {
+		f.status(&st)
+	}
+	return st
 }
 
 func (f *fakeCore) appliedBatches() int {

@@ -3,6 +3,8 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/runnel-io/runnel/internal/health"
 )
 
 // metrics are the hub's Prometheus metrics. The core's counters are read
@@ -15,7 +17,9 @@ type metrics struct {
 	refused prometheus.Counter // batches or hellos under another edge's id
 }
 
-func newMetrics(core Core) *metrics {
+// newMetrics registers the server's metrics, the core's (read from
+// core.Status at scrape time) and the health report's gauge.
+func newMetrics(core Core, report func() health.Report) *metrics {
 	m := &metrics{
 		reg:     prometheus.NewRegistry(),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_uplink_streams", Help: "Uplink Sync streams open."}),
@@ -23,7 +27,8 @@ func newMetrics(core Core) *metrics {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnel_hub_uplink_permission_denied_total", Help: "Hellos and batches refused because they named another edge than their token's."}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.streams, m.sse, m.refused, coreCollector{core})
+		m.streams, m.sse, m.refused, coreCollector{core},
+		health.Collector("runnel_hub_health", "The hub's health per check (commit, refusals, parked, clock, epochs; node: the worst): 0 ok, 1 degraded, 2 failing.", nil, report))
 	return m
 }
 

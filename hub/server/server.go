@@ -112,7 +112,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	case !cfg.Insecure:
 		return nil, errors.New("server: no TLS certificate and key; set them, or allow plaintext explicitly (insecure)")
 	}
-	s.metrics = newMetrics(core)
+	s.metrics = newMetrics(core, s.report)
 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsgSize),
@@ -130,7 +130,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(grpcOpts...)
 	runnelv1.RegisterUplinkServer(s.grpc, &uplink{s: s})
 	runnelv1.RegisterResultsServer(s.grpc, &results{s: s})
-	runnelv1.RegisterHealthServer(s.grpc, &health{s: s})
+	runnelv1.RegisterHealthServer(s.grpc, &healthService{s: s})
 
 	// The gateway calls an in-process server over a pipe: grpc-gateway's
 	// direct (HandlerServer) mode cannot stream, and dialing our own
@@ -138,7 +138,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	// interceptors, so REST requests carry and need the same token.
 	s.inner = grpc.NewServer(opts...)
 	runnelv1.RegisterResultsServer(s.inner, &results{s: s})
-	runnelv1.RegisterHealthServer(s.inner, &health{s: s})
+	runnelv1.RegisterHealthServer(s.inner, &healthService{s: s})
 	s.innerLis = bufconn.Listen(1 << 20)
 	s.innerConn, err = grpc.NewClient("passthrough:///hub",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.innerLis.DialContext(ctx) }),
