@@ -18,36 +18,37 @@
 // (Refusals, below), checks the epoch (Epochs, below) and the sequence
 // (ErrGap when it starts past the next expected one, unless nothing of the
 // epoch was applied yet), drops entries already applied, and stores each
-// partial in memory if it is newer than the edge's stored one. Every CommitInterval one bbolt transaction
-// writes the changed partials, the edges' epochs and applied sequences,
-// and the results emitted by that commit. Only after it commits do the
-// acked sequences advance (Acked) and the results reach subscribers.
+// partial in memory if it is newer than the edge's stored one. Every
+// CommitInterval one bbolt transaction writes the changed partials, the
+// edges' epochs and applied sequences, and the results emitted by that
+// commit. Only after it commits do the acked sequences advance (Acked) and
+// the results reach subscribers.
 //
 // # Refusals
 //
-// A batch or a partial the hub cannot process is set aside with its
-// reason, counted and visible; it is never retried for ever and never
-// blocks what comes behind it. A batch malformed as a whole (edge id,
-// first and last sequence, partials nil or out of order, more than
-// MaxBatchPartials) is refused with ErrBadBatch. A partial the hub will
-// never accept is named, with its reason and every other such partial of
-// the batch, in a *RefusedError, which wraps ErrBadBatch: a key longer
-// than MaxKeyBytes; an empty key for a pipeline with key fields, or a key
-// for one without; a window whose end is not after its start, or that
-// starts more than MaxFuture after the hub's clock; a state longer than
-// MaxStateBytes, or one that does not decode with the pipeline's
-// aggregates (the edge runs another spec); a pipeline name that is empty
-// or longer than 255 bytes; a partial of a pipeline the hub does not know
-// once the edge's parking quota is full (Unknown pipelines, below).
-// Nothing of such a batch is applied. The edge sets the named entries aside (its quarantine) and
-// sends the batch again without them, their sequence numbers skipped, and
-// that one applies. Refused batches and partials are counted
-// (Status.BatchesRefused, PartialsRefused), reported per edge while the
-// last is within IncidentWindow (Status.Refusals) and logged: an edge's
-// first refusal, then at most one line a minute, with the count of those
-// in between. The limits are exported (MaxKeyBytes, MaxStateBytes,
-// MaxBatchPartials) so that hub/server announces them to edges, which
-// then set such entries aside before sending them.
+// A batch or a partial the hub cannot process is set aside with its reason,
+// counted and visible; it is never retried for ever and never blocks what
+// comes behind it. A batch malformed as a whole (edge id, first and last
+// sequence, partials nil or out of order, more than MaxBatchPartials) is
+// refused with ErrBadBatch. A partial the hub will never accept is named,
+// with its reason and every other such partial of the batch, in a
+// *RefusedError, which wraps ErrBadBatch: a key longer than MaxKeyBytes; an
+// empty key for a pipeline with key fields, or a key for one without; a
+// window whose end is not after its start, or that starts more than
+// MaxFuture after the hub's clock; a state longer than MaxStateBytes, or
+// one that does not decode with the pipeline's aggregates (the edge runs
+// another spec); a pipeline name that is empty or longer than 255 bytes; a
+// partial of a pipeline the hub does not know once the edge's parking quota
+// is full (Unknown pipelines, below). Nothing of such a batch is applied.
+// The edge sets the named entries aside (its quarantine) and sends the
+// batch again without them, their sequence numbers skipped, and that one
+// applies. Refused batches and partials are counted (Status.BatchesRefused,
+// PartialsRefused), reported per edge while the last is within
+// IncidentWindow (Status.Refusals) and logged: an edge's first refusal,
+// then at most one line a minute, with the count of those in between. The
+// limits are exported (MaxKeyBytes, MaxStateBytes, MaxBatchPartials) so
+// that hub/server announces them to edges, which then set such entries
+// aside before sending them.
 //
 // # Unknown pipelines
 //
@@ -109,16 +110,15 @@
 // live edges that reported one, and never moves backwards. An edge is live
 // while it was heard from within EdgeTimeout; the hub's start counts as
 // hearing from every edge it knows, so a restart gives the edges
-// EdgeTimeout to come back. A silent edge stops holding the watermark
-// back, and its partials, when it returns, are late. When no edge that
-// reported a watermark is live any more, the hub watermark goes to the
-// highest one any edge reported: each edge's windows were complete up to
-// its own watermark, so a fleet that goes quiet still gets what its live
-// edges sent emitted, and the others' later partials become new versions.
-// At each commit every window ending at or
-// before the watermark that was never emitted gets version 1; an emitted
-// window whose partials changed gets the next version. Versions of a window
-// are 1, 2, 3, ... without gaps.
+// EdgeTimeout to come back. A silent edge stops holding the watermark back,
+// and its partials, when it returns, are late. When no edge that reported a
+// watermark is live any more, the hub watermark goes to the highest one any
+// edge reported: each edge's windows were complete up to its own watermark,
+// so a fleet that goes quiet still gets what its live edges sent emitted,
+// and the others' later partials become new versions. At each commit every
+// window ending at or before the watermark that was never emitted gets
+// version 1; an emitted window whose partials changed gets the next
+// version. Versions of a window are 1, 2, 3, ... without gaps.
 //
 // Windows (partials, results) ending more than Retention before the hub
 // watermark or the hub's clock, whichever is earlier, are deleted at
@@ -176,8 +176,13 @@
 //     reloaded, not at Open; a corrupt one fails every batch that needs
 //     it with ErrCorrupt (nothing of the batch applied), so that edge's
 //     uplink stalls until the store is repaired.
+//   - The hub learns its pipelines at Open: a pipeline deployed while it
+//     runs is parked until the next start.
 //   - Open reads the whole parked bucket (at most ParkedQuota per edge)
 //     to count it, and a parked-record sweep reads it whole too.
+//   - One edge whose clock runs ahead can rush the hub watermark by up to
+//     MaxFuture, and the others' partials of the windows it passed become
+//     later versions.
 //   - Session windows are merged by exact (start, end). Sessions of one key
 //     that the edges cut differently (each edge saw other records) stay
 //     separate results; the hub does not merge overlapping sessions.

@@ -28,8 +28,9 @@ var (
 	ErrGap = errors.New("hub: sequence gap")
 	// ErrBadBatch: a batch the hub will never take, nothing of it
 	// applied: malformed as a whole (edge id, sequence numbers), or with
-	// partials it refuses, each named by a *RefusedError (unknown
-	// pipeline, bad bounds or key, state that does not decode).
+	// partials it refuses, each named by a *RefusedError (bad bounds or
+	// key, state that does not decode, a pipeline the hub does not know
+	// once the edge's parking quota is full).
 	ErrBadBatch = errors.New("hub: bad batch")
 	// ErrClosed: the hub is shutting down.
 	ErrClosed = errors.New("hub: closed")

@@ -52,7 +52,9 @@ func TestHealthz(t *testing.T) {
 			st.Parked = []hub.ParkedPipeline{{Pipeline: "other", Partials: 4, Bytes: 300, Edges: []string{"gw-1", "gw-2"}}, {Pipeline: "wm-only", Bytes: 30}}
 		}, "parked", []string{`pipeline "other", which the hub does not know: 4 partials (300 bytes) parked from gw-1, gw-2`}, 200, "degraded"},
 		{"watermark only", func(st *hub.Status) { st.Parked = []hub.ParkedPipeline{{Pipeline: "wm-only", Bytes: 30}} }, "", nil, 200, "ok"},
-		{"clock", func(st *hub.Status) { st.Clamps = incident(`pipeline "temps": watermark 9223372036854775807 is more than 1h0m0s ahead`) }, "clock",
+		{"clock", func(st *hub.Status) {
+			st.Clamps = incident(`pipeline "temps": watermark 9223372036854775807 is more than 1h0m0s ahead`)
+		}, "clock",
 			[]string{"edge gw-1: 3 watermarks ahead of the hub's clock held at its bound", "9223372036854775807"}, 200, "degraded"},
 		{"epochs", func(st *hub.Status) { st.EpochRefusals = incident("hello with epoch 99") }, "epochs",
 			[]string{"edge gw-1: 3 epochs refused", "hello with epoch 99"}, 200, "degraded"},
