@@ -3,6 +3,7 @@ package hub
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/runnel-io/runnel/window/aggregate"
@@ -13,11 +14,14 @@ import (
 // Hello registers an edge's (re)connection and says where it resumes.
 //
 // An unknown edge is adopted with its epoch and nothing acked. An epoch
-// below the one the hub holds is refused with ErrFenced. A higher epoch is
-// adopted: the edge restarted its sequence, and nothing of the new epoch is
-// acked yet. For the same epoch the answer is the durable acked sequence;
-// when the edge is behind it (nextSeq-1 < AckedSeq, restored from an older
-// copy) the hub only reports it and the edge starts a new epoch itself.
+// below the one the hub holds is answered with the hub's epoch (and its
+// acked sequence), not an error: the edge starts the epoch after it. A
+// higher epoch is adopted, the edge restarted its sequence and nothing of
+// the new epoch is acked yet, unless it is beyond MaxEpoch, or more than
+// MaxEpochStep past the held one (ErrBadEpoch, counted and logged). For
+// the same epoch the answer is the durable acked sequence; when the edge
+// is behind it (nextSeq-1 < AckedSeq, restored from an older copy) the hub
+// only reports it and the edge starts a new epoch itself.
 func (h *Hub) Hello(edgeID string, epoch, nextSeq uint64) (Resume, error) {
 	if edgeID == "" || len(edgeID) > maxEdgeID {
 		return Resume{}, fmt.Errorf("hub: hello: edge id of %d bytes, want 1..%d: %w", len(edgeID), maxEdgeID, ErrBadBatch)
@@ -27,17 +31,41 @@ func (h *Hub) Hello(edgeID string, epoch, nextSeq uint64) (Resume, error) {
 	if h.closed {
 		return Resume{}, ErrClosed
 	}
+	now := h.cfg.Now()
+	if err := h.checkEpoch(now, "hello", edgeID, epoch); err != nil {
+		return Resume{}, err
+	}
 	e := h.edgeFor(edgeID, epoch)
-	switch {
-	case epoch < e.epoch:
-		return Resume{}, fmt.Errorf("hub: hello from %q with epoch %d, the hub holds %d: %w", edgeID, epoch, e.epoch, ErrFenced)
-	case epoch > e.epoch:
+	if epoch > e.epoch {
 		e.adopt(epoch)
 	}
-	e.lastSeen = h.cfg.Now()
+	e.lastSeen = now
 	e.dirty = true
 	_ = nextSeq // an edge behind the hub finds out from the answer
 	return Resume{Epoch: e.epoch, AckedSeq: e.ackedSeq()}, nil
+}
+
+// checkEpoch refuses (ErrBadEpoch) an epoch that a Hello or batch of
+// edgeID would make the hub adopt when it is beyond MaxEpoch, or more than
+// MaxEpochStep past the epoch the hub holds (a held epoch of 0, or none,
+// takes any up to MaxEpoch), and counts and logs the refusal. Caller holds
+// h.mu.
+func (h *Hub) checkEpoch(now time.Time, what, edgeID string, epoch uint64) error {
+	var held uint64
+	if i, ok := h.edgeIdx[edgeID]; ok {
+		held = h.edges[i].epoch
+	}
+	if epoch <= held || epoch <= MaxEpoch && (held == 0 || epoch-held <= MaxEpochStep) {
+		return nil
+	}
+	reason := fmt.Sprintf("%s with epoch %d; the hub holds %d and adopts at most %d past it, and none beyond %d",
+		what, epoch, held, MaxEpochStep, uint64(MaxEpoch))
+	h.stats.EpochsRefused++
+	if logIt, suppressed := h.epochs.note(now, edgeID, 0, reason); logIt {
+		h.cfg.Logger.Warn("hub: refused an epoch", "edge", edgeID, "what", what, "epoch", epoch, "held", held,
+			"unlogged_since_last", suppressed)
+	}
+	return fmt.Errorf("hub: edge %q: %s: %w", edgeID, reason, ErrBadEpoch)
 }
 
 // edgeFor returns the edge, creating it with epoch when it is new.
@@ -61,41 +89,73 @@ func (h *Hub) edgeFor(id string, epoch uint64) *edge {
 // Apply merges a batch into memory; it becomes durable, and is acked, at the
 // next group commit. See the package documentation for the rules.
 func (h *Hub) Apply(b *runnelv1.Batch) error {
-	minEnd, err := h.validate(b)
-	if err != nil {
-		return err
-	}
+	now := h.cfg.Now()
+	minEnd, refused, unknown, err := h.validate(b, now)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return ErrClosed
 	}
-	e := h.edgeFor(b.EdgeId, b.Epoch)
-	switch {
-	case b.Epoch < e.epoch:
-		return fmt.Errorf("hub: batch from %q with epoch %d, the hub holds %d: %w", b.EdgeId, b.Epoch, e.epoch, ErrFenced)
-	case b.Epoch > e.epoch:
-		e.adopt(b.Epoch)
+	if err != nil {
+		return h.refuse(now, b, nil, err)
 	}
-	applied := e.applied
+	if err := h.checkEpoch(now, "batch", b.EdgeId, b.Epoch); err != nil {
+		return err
+	}
+	// Nothing changes until the batch is known to apply: the edge is
+	// created, or its epoch adopted, after the last check.
+	e := (*edge)(nil)
+	applied, parked := uint64(0), int64(0)
+	if i, ok := h.edgeIdx[b.EdgeId]; ok {
+		e = h.edges[i]
+		switch {
+		case b.Epoch < e.epoch:
+			return fmt.Errorf("hub: batch from %q with epoch %d, the hub holds %d: %w", b.EdgeId, b.Epoch, e.epoch, ErrFenced)
+		case b.Epoch == e.epoch:
+			applied = e.applied
+		}
+		parked = e.parked
+	}
 	// Nothing applied in this epoch yet: the edge deleted what an earlier
 	// incarnation of the hub acked, so any start is accepted.
 	if applied > 0 && b.FirstSeq > applied+1 {
 		return fmt.Errorf("hub: batch from %q epoch %d starts at seq %d, the hub expects %d: %w",
 			b.EdgeId, b.Epoch, b.FirstSeq, applied+1, ErrGap)
 	}
+	if unknown {
+		refused = h.parkRefusals(b, parked, applied, refused)
+	}
+	if refused != nil {
+		return h.refuse(now, b, refused, nil)
+	}
 	if minEnd < h.residentFrom {
 		if err := h.reloadEvicted(b, applied); err != nil {
 			return err
 		}
 	}
+	if e == nil {
+		e = h.edgeFor(b.EdgeId, b.Epoch)
+	} else if b.Epoch > e.epoch {
+		e.adopt(b.Epoch)
+	}
 
-	e.lastSeen = h.cfg.Now()
+	e.lastSeen = now
 	e.dirty = true
+	nowMs := now.UnixMilli()
+	bound := h.futureBound(now)
 	for _, wm := range b.Watermarks {
-		i := h.pipes[wm.Pipeline].idx
-		if !e.hasWM[i] || wm.WatermarkMs > e.wm[i] {
-			e.wm[i] = wm.WatermarkMs
+		w := wm.WatermarkMs
+		if w > bound {
+			h.clamp(now, e.id, wm.Pipeline, w, bound)
+			w = bound
+		}
+		pp := h.pipes[wm.Pipeline]
+		if pp == nil {
+			h.parkWatermark(nowMs, e, wm.Pipeline, w)
+			continue
+		}
+		if i := pp.idx; !e.hasWM[i] || w > e.wm[i] {
+			e.wm[i] = w
 			e.hasWM[i] = true
 		}
 	}
@@ -115,10 +175,32 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 		if pp == nil || pp.p.Name != p.Pipeline {
 			pp = h.pipes[p.Pipeline]
 		}
+		if pp == nil {
+			h.park(nowMs, e, b.Epoch, p)
+			continue
+		}
 		h.applyPartial(pp, e, b.Epoch, p)
 	}
 	e.applied = max(applied, b.LastSeq)
 	return nil
+}
+
+// futureBound is the latest time (Unix ms) an edge's watermark or a
+// window's start may have at hub clock now: now + MaxFuture.
+func (h *Hub) futureBound(now time.Time) int64 {
+	return addSat(now.UnixMilli(), int64(h.cfg.MaxFuture/time.Millisecond))
+}
+
+// clamp counts and logs (at most once per edge per logEvery) an edge's
+// watermark w for pipeline held at bound. Caller holds h.mu.
+func (h *Hub) clamp(now time.Time, edge, pipeline string, w, bound int64) {
+	h.stats.WatermarksClamped++
+	reason := fmt.Sprintf("pipeline %q: watermark %d is more than %v ahead of the hub's clock; held at %d", pipeline, w, h.cfg.MaxFuture, bound)
+	if logIt, suppressed := h.clamps.note(now, edge, 0, reason); logIt {
+		h.cfg.Logger.Warn("hub: an edge's watermark is ahead of the hub's clock; held at the bound",
+			"edge", edge, "pipeline", pipeline, "watermark_ms", w, "bound_ms", bound,
+			"max_future", h.cfg.MaxFuture, "unlogged_since_last", suppressed)
+	}
 }
 
 // applyPartial stores p as e's partial of its window, if it is newer than
@@ -154,12 +236,17 @@ func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial)
 	h.stats.Partials++
 }
 
-// validate checks all of b against the hub's pipelines without touching any
-// state, and returns the lowest window end of its partials. Every error
-// wraps ErrBadBatch and names the partial.
-func (h *Hub) validate(b *runnelv1.Batch) (minEnd int64, err error) {
+// validate checks all of b against the hub's pipelines and its clock at
+// now, without touching any state. A problem of the batch as a whole is an
+// error wrapping ErrBadBatch; partials the hub will never accept are
+// returned in refused, each with its reason (nil when there is none). It
+// also returns the lowest window end of the partials of known pipelines,
+// and whether b names a pipeline the hub does not know (its partials and
+// watermarks are parked). It allocates nothing for a batch without
+// problems.
+func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused []Refused, unknown bool, err error) {
 	if b == nil {
-		return 0, fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
+		return 0, nil, false, fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("hub: batch from %q epoch %d seqs %d..%d: %s: %w",
@@ -167,17 +254,20 @@ func (h *Hub) validate(b *runnelv1.Batch) (minEnd int64, err error) {
 	}
 	switch {
 	case b.EdgeId == "":
-		return 0, bad("empty edge id")
+		return 0, nil, false, bad("empty edge id")
 	case len(b.EdgeId) > maxEdgeID:
-		return 0, bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
+		return 0, nil, false, bad("edge id of %d bytes, at most %d", len(b.EdgeId), maxEdgeID)
 	case b.FirstSeq == 0:
-		return 0, bad("first_seq 0: sequences start at 1")
+		return 0, nil, false, bad("first_seq 0: sequences start at 1")
 	case b.FirstSeq > b.LastSeq && (b.LastSeq == math.MaxUint64 || b.FirstSeq != b.LastSeq+1):
-		return 0, bad("first_seq after last_seq + 1")
+		return 0, nil, false, bad("first_seq after last_seq + 1")
 	case b.FirstSeq > b.LastSeq && len(b.Partials) > 0:
-		return 0, bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
+		return 0, nil, false, bad("a heartbeat (first_seq = last_seq + 1) carries %d partials", len(b.Partials))
+	case len(b.Partials) > MaxBatchPartials:
+		return 0, nil, false, bad("%d partials, at most %d", len(b.Partials), MaxBatchPartials)
 	}
 	minEnd = math.MaxInt64
+	bound := h.futureBound(now)
 	prev := b.FirstSeq - 1
 	var pp *pipe
 	var st *aggregate.State
@@ -186,49 +276,64 @@ func (h *Hub) validate(b *runnelv1.Batch) (minEnd int64, err error) {
 			pp.scratch.Put(st)
 		}
 	}()
+	refuse := func(p *runnelv1.Partial, format string, args ...any) {
+		refused = append(refused, Refused{Seq: p.Seq, Reason: fmt.Sprintf(format, args...)})
+	}
 	for i, p := range b.Partials {
 		if p == nil {
-			return 0, bad("partial %d is nil", i)
+			return 0, nil, false, bad("partial %d is nil", i)
 		}
 		switch {
 		case p.Seq <= prev:
-			return 0, bad("partial %d: seq %d not after %d", i, p.Seq, prev)
+			return 0, nil, false, bad("partial %d: seq %d not after %d", i, p.Seq, prev)
 		case p.Seq > b.LastSeq:
-			return 0, bad("partial %d: seq %d after last_seq", i, p.Seq)
-		case p.WindowEnd <= p.WindowStart:
-			return 0, bad("partial %d (seq %d): window end %d not after start %d", i, p.Seq, p.WindowEnd, p.WindowStart)
-		case len(p.Key) > maxKeyLen:
-			return 0, bad("partial %d (seq %d): key of %d bytes, at most %d", i, p.Seq, len(p.Key), maxKeyLen)
+			return 0, nil, false, bad("partial %d: seq %d after last_seq", i, p.Seq)
 		}
 		prev = p.Seq
-		minEnd = min(minEnd, p.WindowEnd)
 		if pp == nil || pp.p.Name != p.Pipeline {
 			if st != nil {
 				pp.scratch.Put(st)
 				st = nil
 			}
-			if pp = h.pipes[p.Pipeline]; pp == nil {
-				return 0, bad("partial %d (seq %d): unknown pipeline %q", i, p.Seq, p.Pipeline)
+			if pp = h.pipes[p.Pipeline]; pp != nil {
+				st = pp.scratch.Get().(*aggregate.State)
 			}
-			st = pp.scratch.Get().(*aggregate.State)
 		}
-		if pp.keyed != (len(p.Key) > 0) {
-			if pp.keyed {
-				return 0, bad("partial %d (seq %d): empty key for pipeline %q, which has key fields", i, p.Seq, p.Pipeline)
+		switch {
+		case len(p.Key) > maxKeyLen:
+			refuse(p, "key of %d bytes, at most %d", len(p.Key), maxKeyLen)
+		case p.WindowEnd <= p.WindowStart:
+			refuse(p, "window end %d not after start %d", p.WindowEnd, p.WindowStart)
+		case p.WindowStart > bound:
+			refuse(p, "window starts at %d, more than %v after the hub's clock (%d)", p.WindowStart, h.cfg.MaxFuture, now.UnixMilli())
+		case len(p.State) > maxStateLen:
+			refuse(p, "state of %d bytes, at most %d", len(p.State), maxStateLen)
+		case pp == nil && (p.Pipeline == "" || len(p.Pipeline) > maxPipeLen):
+			refuse(p, "pipeline name of %d bytes, want 1..%d", len(p.Pipeline), maxPipeLen)
+		case pp == nil:
+			unknown = true // parked, its state unread
+		case pp.keyed && len(p.Key) == 0:
+			refuse(p, "empty key for pipeline %q, which has key fields", p.Pipeline)
+		case !pp.keyed && len(p.Key) > 0:
+			refuse(p, "key given for pipeline %q, which has no key fields", p.Pipeline)
+		default:
+			if err := pp.set.Decode(st, p.State); err != nil {
+				refuse(p, "state does not decode with pipeline %q's aggregates (is the edge's spec another?): %v", p.Pipeline, err)
+				continue
 			}
-			return 0, bad("partial %d (seq %d): key given for pipeline %q, which has no key fields", i, p.Seq, p.Pipeline)
-		}
-		if err := pp.set.Decode(st, p.State); err != nil {
-			return 0, bad("partial %d (seq %d) of pipeline %q: state: %v", i, p.Seq, p.Pipeline, err)
+			minEnd = min(minEnd, p.WindowEnd)
 		}
 	}
 	for _, wm := range b.Watermarks {
 		if wm == nil {
-			return 0, bad("nil watermark")
+			return 0, nil, false, bad("nil watermark")
 		}
 		if h.pipes[wm.Pipeline] == nil {
-			return 0, bad("watermark for unknown pipeline %q", wm.Pipeline)
+			if wm.Pipeline == "" || len(wm.Pipeline) > maxPipeLen {
+				return 0, nil, false, bad("watermark for a pipeline name of %d bytes, want 1..%d", len(wm.Pipeline), maxPipeLen)
+			}
+			unknown = true
 		}
 	}
-	return minEnd, nil
+	return minEnd, refused, unknown, nil
 }

@@ -28,11 +28,14 @@ import (
 type opKind uint8
 
 const (
-	opPutPartial  opKind = iota // partials/<kg>: k -> v
-	opPutResult                 // results/<pipeline>: k -> v
-	opExpire                    // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
-	opPutEdge                   // edges: k -> v
-	opPutPipeline               // pipelines/<pipeline>: k -> v, less the results opExpire deleted
+	opPutPartial   opKind = iota // partials/<kg>: k -> v
+	opPutResult                  // results/<pipeline>: k -> v
+	opExpire                     // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
+	opPutEdge                    // edges: k -> v
+	opPutPipeline                // pipelines/<pipeline>: k -> v, less the results opExpire deleted
+	opPutParked                  // parked: k -> v
+	opSweepParked                // parked: delete the records parked before n
+	opDeleteParked               // parked: delete the records under prefix k (a pipeline now configured)
 )
 
 // op is one write; its key and value are ranges of writeSet.buf, which may
@@ -60,8 +63,14 @@ func (o *op) bucketOrder() uint64 {
 		return 3<<32 | uint64(o.pipe)
 	case opPutEdge:
 		return 4 << 32
+	case opPutPipeline:
+		return 5 << 32
+	case opPutParked:
+		return 6 << 32
+	case opSweepParked:
+		return 7 << 32 // after the puts, which it then counts as left
 	}
-	return 5 << 32 // opPutPipeline
+	return 8 << 32 // opDeleteParked
 }
 
 // ackTo is an edge's durable position once the writeSet commits.
@@ -79,6 +88,10 @@ type writeSet struct {
 	// expired is what the transaction's opExpire found, per pipe.idx;
 	// write fills it afresh on every attempt.
 	expired []expired
+	// sweeping: ops has an opSweepParked, whose outcome is in swept
+	// (filled afresh on every attempt).
+	sweeping bool
+	swept    sweepResult
 }
 
 // expired is what one transaction's expiry did to a pipeline's store.
@@ -96,6 +109,10 @@ func (ws *writeSet) reset() {
 	ws.acks = ws.acks[:0]
 	clear(ws.results) // drop references for the GC
 	ws.results = ws.results[:0]
+	ws.sweeping = false
+	ws.swept.ran = false
+	clear(ws.swept.swept)
+	ws.swept.swept = ws.swept.swept[:0]
 }
 
 // add appends an op whose key is ws.buf[k0:] up to the value, which the
@@ -159,6 +176,9 @@ func (h *Hub) commitLocked() error {
 	for _, pp := range h.pipeList {
 		h.evict(pp)
 	}
+	if ws.swept.ran {
+		h.finishSweep(&ws.swept)
+	}
 	h.stats.CommitErr = ""
 	h.stats.Commits++
 	h.stats.Results += uint64(len(ws.results))
@@ -215,8 +235,10 @@ func (h *Hub) prepare(ws *writeSet) {
 			g.pending = g.pending[:0]
 			delete(pp.pending, end)
 		}
-		h.expire(ws, pp)
+		h.expire(ws, pp, now)
 	}
+
+	h.prepareParked(ws, emitted)
 
 	for _, e := range h.edges {
 		if !e.dirty {
@@ -244,23 +266,49 @@ func (h *Hub) prepare(ws *writeSet) {
 }
 
 // advanceWatermark sets pp's hub watermark to the minimum over the live
-// edges that reported one, unless that would move it backwards.
+// edges that reported one, unless that would move it backwards. When none
+// of the edges that reported one is live any more, it goes to the highest
+// any of them reported: each edge's windows were complete up to its own
+// watermark, and the others' later partials become new versions. It never
+// goes past the hub's clock plus MaxFuture.
 func (h *Hub) advanceWatermark(pp *pipe, now time.Time) {
-	lo, any := int64(math.MaxInt64), false
+	lo, live := int64(math.MaxInt64), false
+	hi, any := int64(math.MinInt64), false
 	for _, e := range h.edges {
-		if e.hasWM[pp.idx] && h.live(e, now) {
-			lo = min(lo, e.wm[pp.idx])
-			any = true
+		if !e.hasWM[pp.idx] {
+			continue
+		}
+		w := e.wm[pp.idx]
+		hi, any = max(hi, w), true
+		if h.live(e, now) {
+			lo, live = min(lo, w), true
 		}
 	}
-	if any && (!pp.hasWM || lo > pp.wm) {
+	if !any {
+		return
+	}
+	if !live {
+		lo = hi
+	}
+	// Edges' watermarks are held at the bound of their time; this bounds
+	// the highest by the clock now as well.
+	lo = min(lo, h.futureBound(now))
+	if !pp.hasWM || lo > pp.wm {
 		pp.wm, pp.hasWM = lo, true
 		pp.dirty = true
 	}
 }
 
+// live reports whether e was heard from within EdgeTimeout. The hub's own
+// start counts as hearing from every edge it knows, so that a hub that was
+// down for longer than EdgeTimeout waits for its edges to reconnect before
+// it stops waiting for their watermarks.
 func (h *Hub) live(e *edge, now time.Time) bool {
-	return now.Sub(e.lastSeen) <= h.cfg.EdgeTimeout
+	seen := e.lastSeen
+	if h.opened.After(seen) {
+		seen = h.opened
+	}
+	return now.Sub(seen) <= h.cfg.EdgeTimeout
 }
 
 // emit merges w's parts into its next version.
@@ -306,12 +354,13 @@ func appendVersion(dst []byte, v uint32) []byte {
 }
 
 // expire deletes the windows of pp that ended more than Retention before
-// the hub watermark, with their partials and results: from memory here,
-// from the store by key ranges in the transaction (opExpire), which also
-// reaches the evicted ones. The ranges are only walked when the store may
-// hold such a window (storedFrom), about once per window length.
-func (h *Hub) expire(ws *writeSet, pp *pipe) {
-	bound := subSat(pp.wm, int64(h.cfg.Retention/time.Millisecond))
+// the hub watermark or the hub's clock, whichever is earlier, with their
+// partials and results: from memory here, from the store by key ranges in
+// the transaction (opExpire), which also reaches the evicted ones. The
+// ranges are only walked when the store may hold such a window
+// (storedFrom), about once per window length.
+func (h *Hub) expire(ws *writeSet, pp *pipe, now time.Time) {
+	bound := h.expiryBound(pp, now)
 	if bound <= pp.expiredTo {
 		return
 	}
@@ -321,6 +370,14 @@ func (h *Hub) expire(ws *writeSet, pp *pipe) {
 		ws.ops = append(ws.ops, op{kind: opExpire, pipe: int32(pp.idx), n: bound})
 		pp.dirty = true // the pipeline record follows with the result count
 	}
+}
+
+// expiryBound is the end before which pp's windows are deleted at hub
+// clock now: min(hub watermark, now) - Retention. Bounding by the clock
+// means a watermark far ahead of it deletes nothing recent; bounding by
+// the watermark, that one far behind deletes nothing not yet emitted.
+func (h *Hub) expiryBound(pp *pipe, now time.Time) int64 {
+	return subSat(min(pp.wm, now.UnixMilli()), int64(h.cfg.Retention/time.Millisecond))
 }
 
 // partialKey appends the partials-bucket key of w's window record (tag
@@ -337,6 +394,7 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 	results := tx.Bucket(bucketResults)
 	edges := tx.Bucket(bucketEdges)
 	pipes := tx.Bucket(bucketPipelines)
+	parked := tx.Bucket(bucketParked)
 	kgs := make([]*bolt.Bucket, h.keyGroups)
 	kgBucketOf := func(kg uint32) (*bolt.Bucket, error) {
 		if kgs[kg] == nil {
@@ -379,6 +437,7 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 		ws.expired = make([]expired, len(h.pipeList))
 	}
 	clear(ws.expired)
+	ws.swept.ran = false
 	for _, o := range ws.ops {
 		k, v := ws.buf[o.k0:o.k1], ws.buf[o.v0:o.v1]
 		var err error
@@ -407,6 +466,12 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 			if err == nil {
 				err = pipes.Put(k, v)
 			}
+		case opPutParked:
+			err = parked.Put(k, v)
+		case opSweepParked:
+			err = h.sweepParked(parked, o.n, &ws.swept)
+		case opDeleteParked:
+			err = deletePrefix(parked, k, &ws.scratch)
 		}
 		if err != nil {
 			return fmt.Errorf("hub: commit: %w", err)
@@ -464,6 +529,18 @@ func deleteWindowsBefore(b *bolt.Bucket, prefix []byte, bound int64, scratch *[]
 		k, _ = c.Seek(*scratch)
 	}
 	return math.MaxInt64, nil
+}
+
+// deletePrefix deletes the keys of b that begin with prefix.
+func deletePrefix(b *bolt.Bucket, prefix []byte, scratch *[]byte) error {
+	*scratch = append((*scratch)[:0], prefix...)
+	c := b.Cursor()
+	for k, _ := c.Seek(*scratch); k != nil && bytes.HasPrefix(k, *scratch); k, _ = c.Seek(*scratch) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lessResults re-encodes the pipeline record v under k with n fewer result

@@ -14,15 +14,87 @@
 // (epoch, seq)) and the result is the aggregate merge of those, one per
 // edge. Two versions of one edge's window are never added together.
 //
-// Apply validates a batch completely (ErrBadBatch, nothing applied), checks
-// the epoch (ErrFenced when older than the hub's; a newer one is adopted and
-// its sequence starts over) and the sequence (ErrGap when it starts past
-// the next expected one, unless nothing of the epoch was applied yet), drops
-// entries already applied, and stores each partial in memory if it is newer
-// than the edge's stored one. Every CommitInterval one bbolt transaction
-// writes the changed partials, the edges' epochs and applied sequences,
-// and the results emitted by that commit. Only after it commits do the
-// acked sequences advance (Acked) and the results reach subscribers.
+// Apply validates a batch completely before it applies anything of it
+// (Refusals, below), checks the epoch (Epochs, below) and the sequence
+// (ErrGap when it starts past the next expected one, unless nothing of the
+// epoch was applied yet), drops entries already applied, and stores each
+// partial in memory if it is newer than the edge's stored one. Every
+// CommitInterval one bbolt transaction writes the changed partials, the
+// edges' epochs and applied sequences, and the results emitted by that
+// commit. Only after it commits do the acked sequences advance (Acked) and
+// the results reach subscribers.
+//
+// # Refusals
+//
+// A batch or a partial the hub cannot process is set aside with its reason,
+// counted and visible; it is never retried for ever and never blocks what
+// comes behind it. A batch malformed as a whole (edge id, first and last
+// sequence, partials nil or out of order, more than MaxBatchPartials) is
+// refused with ErrBadBatch. A partial the hub will never accept is named,
+// with its reason and every other such partial of the batch, in a
+// *RefusedError, which wraps ErrBadBatch: a key longer than MaxKeyBytes; an
+// empty key for a pipeline with key fields, or a key for one without; a
+// window whose end is not after its start, or that starts more than
+// MaxFuture after the hub's clock; a state longer than MaxStateBytes, or
+// one that does not decode with the pipeline's aggregates (the edge runs
+// another spec); a pipeline name that is empty or longer than 255 bytes; a
+// partial of a pipeline the hub does not know once the edge's parking quota
+// is full (Unknown pipelines, below). Nothing of such a batch is applied.
+// The edge sets the named entries aside (its quarantine) and sends the
+// batch again without them, their sequence numbers skipped, and that one
+// applies. Refused batches and partials are counted (Status.BatchesRefused,
+// PartialsRefused), reported per edge while the last is within
+// IncidentWindow (Status.Refusals) and logged: an edge's first refusal,
+// then at most one line a minute, with the count of those in between. The
+// limits are exported (MaxKeyBytes, MaxStateBytes, MaxBatchPartials) so
+// that hub/server announces them to edges, which then set such entries
+// aside before sending them.
+//
+// # Unknown pipelines
+//
+// A pipeline the hub does not know parks only its own partials. Apply
+// accepts the batch; the partials of pipelines not in Config.Pipelines
+// (checked for what needs no spec: key length, bounds, state length) and
+// each edge's latest watermark of them are parked: written by the commit
+// that writes the edge's applied sequence, in the same transaction, to the
+// parked bucket (docs/formats/hub-store.md), counted
+// (Status.PartialsParked, and Status.Parked per pipeline) and logged once
+// per (edge, pipeline). When the hub opens with such a pipeline
+// configured, its parked partials are applied as if they had just
+// arrived, in (edge, epoch, seq) order, under the per-edge
+// replace-if-newer rule and expiry (an evicted window is reloaded first);
+// a parked partial that does not decode with the pipeline's aggregates is
+// dropped with a log line and counted in Status.PartialsRefused. Parked
+// watermarks become the edges' watermarks of the pipeline. The first
+// commit writes the applied partials and deletes the pipeline's parked
+// records, in one transaction: a crash before it parks them still, and
+// the next Open applies them again, once. Each edge may have ParkedQuota
+// bytes parked (default 64 MiB); beyond it its partials of unknown
+// pipelines are refused per entry (RefusedError, the reason says the
+// quota is full), so the edge sets them aside, while its other pipelines
+// go on. Parked records older than Retention (by the hub's clock when
+// parked; a parked watermark counts as parked again with each partial of
+// its edge and pipeline) are deleted by a sweep that runs once the oldest
+// is past Retention by a sixteenth of it (Status.ParkedExpired), and are
+// not applied at Open.
+//
+// # Epochs
+//
+// An edge's epoch grows when it finds the hub knows more of it than it
+// remembers (restored from an older copy) or the hub holds a later one;
+// the partials it then resends replace the old history's per window. A
+// Hello with an epoch older than the hub's is answered with the hub's
+// epoch (the edge starts the one after it), a batch of one is refused with
+// ErrFenced. A later epoch is adopted only up to MaxEpochStep past the
+// held one and never beyond MaxEpoch (an edge the hub holds no epoch for
+// may start anywhere up to it): anything else is refused with ErrBadEpoch,
+// counted (Status.EpochsRefused, EpochRefusals) and logged, so that a
+// valid token cannot fence the real edge for good with epoch 2^64-1, and
+// a fenced edge does not loop. A store written by an older hub may hold an
+// edge at an epoch beyond MaxEpoch: Open logs it and holds the edge at
+// epoch 0 (its next Hello is adopted, the bounded epoch written at the
+// next commit), and reads a stored partial's epoch beyond MaxEpoch as 0,
+// so the partials the edge resends under its new epoch replace them.
 //
 // # Exactly once
 //
@@ -35,16 +107,39 @@
 // # Watermark and versions
 //
 // The hub watermark of a pipeline is the minimum of the watermarks of the
-// live edges (heard from within EdgeTimeout) that reported one, and never
-// moves backwards: a silent edge stops holding it back, and its partials,
-// when it returns, are late. At each commit every window ending at or
-// before the watermark that was never emitted gets version 1; an emitted
-// window whose partials changed gets the next version. Versions of a window
-// are 1, 2, 3, ... without gaps.
+// live edges that reported one, and never moves backwards. An edge is live
+// while it was heard from within EdgeTimeout; the hub's start counts as
+// hearing from every edge it knows, so a restart gives the edges
+// EdgeTimeout to come back. A silent edge stops holding the watermark back,
+// and its partials, when it returns, are late. When no edge that reported a
+// watermark is live any more, the hub watermark goes to the highest one any
+// edge reported: each edge's windows were complete up to its own watermark,
+// so a fleet that goes quiet still gets what its live edges sent emitted,
+// and the others' later partials become new versions. At each commit every
+// window ending at or before the watermark that was never emitted gets
+// version 1; an emitted window whose partials changed gets the next
+// version. Versions of a window are 1, 2, 3, ... without gaps.
 //
 // Windows (partials, results) ending more than Retention before the hub
-// watermark are deleted at commit; partials for them are dropped and
-// counted (Status.PartialsExpired).
+// watermark or the hub's clock, whichever is earlier, are deleted at
+// commit; partials for them are dropped and counted
+// (Status.PartialsExpired). The expiry bound is min(hub watermark, hub
+// clock) - Retention: a watermark far ahead of the clock expires nothing
+// recent, and one far behind it expires nothing not yet emitted.
+//
+// # Time
+//
+// The hub's clock (Config.Now) bounds event time: an edge's watermark
+// more than MaxFuture (default 1h) ahead of it is held at now + MaxFuture,
+// counted (Status.WatermarksClamped, Status.Clamps) and logged at most
+// once per edge per minute, so one edge with a wrong clock can rush the
+// hub watermark by MaxFuture at most and never past it; the hub watermark
+// itself never passes the clock + MaxFuture of the commit that sets it.
+// Open holds a stored watermark (a pipeline's or an edge's) beyond the
+// bound at it too and logs it, so a store written by an older hub keeps
+// nothing poisoned after its next commit. Retention runs on the clock as
+// well (above), so a wrong watermark can rush or delay results but never
+// erase them.
 //
 // # Memory
 //
@@ -81,6 +176,13 @@
 //     reloaded, not at Open; a corrupt one fails every batch that needs
 //     it with ErrCorrupt (nothing of the batch applied), so that edge's
 //     uplink stalls until the store is repaired.
+//   - The hub learns its pipelines at Open: a pipeline deployed while it
+//     runs is parked until the next start.
+//   - Open reads the whole parked bucket (at most ParkedQuota per edge)
+//     to count it, and a parked-record sweep reads it whole too.
+//   - One edge whose clock runs ahead can rush the hub watermark by up to
+//     MaxFuture, and the others' partials of the windows it passed become
+//     later versions.
 //   - Session windows are merged by exact (start, end). Sessions of one key
 //     that the edges cut differently (each edge saw other records) stay
 //     separate results; the hub does not merge overlapping sessions.

@@ -57,7 +57,9 @@ func (h *Hub) reloadEvicted(b *runnelv1.Batch, applied uint64) error {
 			continue
 		}
 		if pp == nil || pp.p.Name != p.Pipeline {
-			pp = h.pipes[p.Pipeline]
+			if pp = h.pipes[p.Pipeline]; pp == nil {
+				continue // parked
+			}
 		}
 		if p.WindowEnd >= pp.residentFrom || p.WindowEnd < pp.expiredTo {
 			continue
@@ -148,6 +150,9 @@ func (h *Hub) loadRecord(pp *pipe, kg uint32, k, v []byte) (*window, error) {
 	e := h.edgeFor(string(pk.edge), 0)
 	if w.partOf(e.idx) != nil {
 		return nil, bad(fmt.Errorf("edge %q's partial loaded twice", pk.edge))
+	}
+	if epoch > MaxEpoch {
+		epoch = 0 // see restoreEdges: any partial the edge sends replaces it
 	}
 	w.parts = append(w.parts, part{edge: e.idx, epoch: epoch, seq: seq, version: version, state: bytes.Clone(state)})
 	return w, nil

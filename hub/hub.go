@@ -19,12 +19,18 @@ import (
 
 // Errors Apply and Hello return; the server maps them to gRPC codes.
 var (
-	// ErrFenced: the edge's epoch is older than the one the hub holds.
+	// ErrFenced: a batch's epoch is older than the one the hub holds.
 	ErrFenced = errors.New("hub: epoch fenced")
+	// ErrBadEpoch: a Hello or batch with an epoch the hub will not adopt:
+	// beyond MaxEpoch, or more than MaxEpochStep past the held one.
+	ErrBadEpoch = errors.New("hub: epoch out of bounds")
 	// ErrGap: the batch starts past the next sequence the hub expects.
 	ErrGap = errors.New("hub: sequence gap")
-	// ErrBadBatch: malformed batch (unknown pipeline, corrupt state, bad
-	// bounds); nothing of it was applied.
+	// ErrBadBatch: a batch the hub will never take, nothing of it
+	// applied: malformed as a whole (edge id, sequence numbers), or with
+	// partials it refuses, each named by a *RefusedError (bad bounds or
+	// key, state that does not decode, a pipeline the hub does not know
+	// once the edge's parking quota is full).
 	ErrBadBatch = errors.New("hub: bad batch")
 	// ErrClosed: the hub is shutting down.
 	ErrClosed = errors.New("hub: closed")
@@ -35,13 +41,25 @@ var (
 	ErrCorrupt = errors.New("hub: store corrupt")
 )
 
+// Bounds of the epochs the hub adopts (package doc, Epochs).
+const (
+	// MaxEpochStep is how far past the held epoch a Hello or batch may
+	// move an edge.
+	MaxEpochStep = 16
+	// MaxEpoch is the highest epoch of any edge; a store holding a higher
+	// one (an older hub adopted anything) is read as holding none.
+	MaxEpoch = 1 << 32
+)
+
 // Config configures a Hub.
 type Config struct {
 	Dir            string                // data directory; the store is Dir/hub.db
 	Pipelines      []*operators.Pipeline // what the hub merges, by name
 	KeyGroups      int                   // default 128; fixed once the store exists
 	EdgeTimeout    time.Duration         // silent longer: stops holding the watermark back (default 1m)
-	Retention      time.Duration         // windows and results kept this long past the hub watermark (default 7 days)
+	Retention      time.Duration         // windows and results kept this long past min(hub watermark, hub clock) (default 7 days)
+	MaxFuture      time.Duration         // how far an edge's watermark or a window's start may lead the hub's clock (default 1h; package doc, Time)
+	ParkedQuota    int64                 // bytes of partials of unknown pipelines parked per edge (default 64 MiB; package doc, Unknown pipelines)
 	Resident       time.Duration         // emitted windows ending more than this before the hub watermark leave memory; a late partial reloads one (default 1h; package doc, Memory)
 	CommitInterval time.Duration         // group commit period (default 20ms)
 	NoSync         bool                  // bbolt NoSync, for tests and benchmarks only
@@ -97,6 +115,7 @@ type EdgeInfo struct {
 // Status is the hub's health and counters, for /healthz and metrics.
 type Status struct {
 	CommitErr   string // last commit failure, "" when fine
+	Closed      bool   // Close has begun: nothing more is applied
 	EdgesLive   int
 	EdgesKnown  int
 	Batches     uint64 // applied
@@ -120,6 +139,30 @@ type Status struct {
 	// WindowsReloaded: evicted windows loaded back by a late partial,
 	// since Open.
 	WindowsReloaded uint64
+	// WatermarksClamped: edge watermarks more than MaxFuture ahead of the
+	// hub's clock, held at that bound, since Open.
+	WatermarksClamped uint64
+	// Clamps: the edges whose watermarks were clamped within
+	// IncidentWindow.
+	Clamps []Incident
+	// BatchesRefused: batches refused (ErrBadBatch, a RefusedError among
+	// them), nothing of them applied, since Open.
+	BatchesRefused uint64
+	// PartialsRefused: partials named by a RefusedError, since Open.
+	PartialsRefused uint64
+	// Refusals: the edges with batches refused within IncidentWindow.
+	Refusals []Incident
+	// EpochsRefused: Hellos and batches refused with ErrBadEpoch, since
+	// Open.
+	EpochsRefused uint64
+	// EpochRefusals: the edges with epochs refused within IncidentWindow.
+	EpochRefusals []Incident
+	// PartialsParked: partials of pipelines the hub does not know parked
+	// since Open; PartialsUnparked: parked partials applied by Open;
+	// ParkedExpired: parked partials deleted after Retention.
+	PartialsParked, PartialsUnparked, ParkedExpired uint64
+	// Parked: what is parked now, per pipeline.
+	Parked []ParkedPipeline
 }
 
 // The methods below are the contract with hub/server; see each doc.
@@ -148,11 +191,14 @@ func (c *Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"EdgeTimeout": c.EdgeTimeout, "Retention": c.Retention, "CommitInterval": c.CommitInterval,
-		"Resident": c.Resident,
+		"Resident": c.Resident, "MaxFuture": c.MaxFuture,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("hub: config: %s %v is negative", name, d))
 		}
+	}
+	if c.ParkedQuota < 0 {
+		errs = append(errs, fmt.Errorf("hub: config: ParkedQuota %d is negative", c.ParkedQuota))
 	}
 	seen := map[string]bool{}
 	for i, p := range c.Pipelines {
@@ -185,6 +231,12 @@ func (c Config) withDefaults() Config {
 	if c.Resident == 0 {
 		c.Resident = time.Hour
 	}
+	if c.MaxFuture == 0 {
+		c.MaxFuture = time.Hour
+	}
+	if c.ParkedQuota == 0 {
+		c.ParkedQuota = defaultParkedQuota
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -202,7 +254,8 @@ type Hub struct {
 	cfg       Config
 	db        *bolt.DB
 	keyGroups int
-	resident  int64 // cfg.Resident in ms
+	resident  int64     // cfg.Resident in ms
+	opened    time.Time // cfg.Now() at Open: every edge counts as heard from then
 
 	// commitMu serialises commits; it is taken before mu, never after.
 	commitMu sync.Mutex
@@ -222,6 +275,10 @@ type Hub struct {
 	residentFrom int64
 	next         chan struct{}
 	stats        Status
+	clamps       incidents // watermarks held at the clock bound
+	refusals     incidents // batches refused
+	epochs       incidents // epochs refused
+	parking      parking   // partials and watermarks of unknown pipelines
 
 	subMu      sync.Mutex
 	subs       map[*subscriber]struct{}
@@ -260,8 +317,10 @@ func Open(cfg Config) (*Hub, error) {
 	h := &Hub{
 		cfg:          cfg,
 		db:           db,
+		opened:       cfg.Now(),
 		resident:     int64(cfg.Resident / time.Millisecond),
 		residentFrom: math.MinInt64,
+		parking:      parking{oldest: math.MaxInt64},
 		pipes:        map[string]*pipe{},
 		edgeIdx:      map[string]int32{},
 		next:         make(chan struct{}),
@@ -354,6 +413,7 @@ func (h *Hub) Status() Status {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.stats
+	st.Closed = h.closed
 	now := h.cfg.Now()
 	st.EdgesKnown = len(h.edges)
 	for _, e := range h.edges {
@@ -365,6 +425,10 @@ func (h *Hub) Status() Status {
 		st.WindowsResident += pp.nwin
 	}
 	st.OpenWindows = st.WindowsResident
+	st.Clamps = h.clamps.recent(now)
+	st.Refusals = h.refusals.recent(now)
+	st.EpochRefusals = h.epochs.recent(now)
+	st.Parked = h.parkedStatus()
 	return st
 }
 

@@ -104,8 +104,8 @@ func TestHello(t *testing.T) {
 	if r, err := th.Hello("e", 5, 1); err != nil || r != (Resume{5, 4}) {
 		t.Fatalf("Hello behind = %+v, %v (the hub only reports)", r, err)
 	}
-	if _, err := th.Hello("e", 4, 100); !errors.Is(err, ErrFenced) {
-		t.Fatalf("Hello older epoch: %v", err)
+	if r, err := th.Hello("e", 4, 100); err != nil || r != (Resume{5, 4}) {
+		t.Fatalf("Hello older epoch = %+v, %v; want the hub's epoch", r, err)
 	}
 	if r, err := th.Hello("e", 6, 1); err != nil || r != (Resume{6, 0}) {
 		t.Fatalf("Hello newer = %+v, %v", r, err)
@@ -195,39 +195,67 @@ func TestBadBatches(t *testing.T) {
 	corrupt := stateOf(p.Aggregates, 1)
 	corrupt[0] = 9
 	other := compile(t, strings.Replace(tempsYAML, "q: quantile(v, 0.5)", "q: quantile(v, 0.5)\n  d: distinct(device)", 1))
+	future := th.clock.Now().Add(time.Hour).UnixMilli() + 1
 	tests := []struct {
 		name   string
 		mutate func(b *runnelv1.Batch)
 		want   string
+		entry  bool // refused per entry (partial seq 3), not as a whole
 	}{
-		{"empty edge", func(b *runnelv1.Batch) { b.EdgeId = "" }, "empty edge id"},
-		{"long edge", func(b *runnelv1.Batch) { b.EdgeId = strings.Repeat("x", 256) }, "edge id of 256 bytes"},
-		{"seq 0", func(b *runnelv1.Batch) { b.FirstSeq = 0 }, "first_seq 0"},
-		{"first after last+1", func(b *runnelv1.Batch) { b.FirstSeq = 5 }, "first_seq after last_seq + 1"},
-		{"heartbeat with partials", func(b *runnelv1.Batch) { b.FirstSeq, b.LastSeq = 4, 3 }, "heartbeat"},
-		{"seq below first", func(b *runnelv1.Batch) { b.FirstSeq = 2 }, "seq 1 not after 1"},
-		{"seq not increasing", func(b *runnelv1.Batch) { b.Partials[1].Seq = 1 }, "seq 1 not after 1"},
-		{"seq after last", func(b *runnelv1.Batch) { b.Partials[1].Seq = 4 }, "seq 4 after last_seq"},
-		{"unknown pipeline", func(b *runnelv1.Batch) { b.Partials[1].Pipeline = "nope" }, `unknown pipeline "nope"`},
-		{"empty window", func(b *runnelv1.Batch) { b.Partials[1].WindowEnd = b.Partials[1].WindowStart }, "window end"},
-		{"empty key", func(b *runnelv1.Batch) { b.Partials[1].Key = nil }, "empty key"},
-		{"key on keyless", func(b *runnelv1.Batch) { b.Partials[1].Pipeline = "global" }, "key given"},
-		{"long key", func(b *runnelv1.Batch) { b.Partials[1].Key = make([]byte, 4097) }, "key of 4097 bytes"},
-		{"corrupt state", func(b *runnelv1.Batch) { b.Partials[1].State = corrupt }, "state"},
-		{"state of another set", func(b *runnelv1.Batch) { b.Partials[1].State = stateOf(other.Aggregates, 1) }, "state"},
-		{"nil partial", func(b *runnelv1.Batch) { b.Partials[1] = nil }, "nil"},
-		{"unknown watermark pipeline", func(b *runnelv1.Batch) { b.Watermarks[0].Pipeline = "nope" }, "watermark for unknown"},
+		{"empty edge", func(b *runnelv1.Batch) { b.EdgeId = "" }, "empty edge id", false},
+		{"long edge", func(b *runnelv1.Batch) { b.EdgeId = strings.Repeat("x", 256) }, "edge id of 256 bytes", false},
+		{"seq 0", func(b *runnelv1.Batch) { b.FirstSeq = 0 }, "first_seq 0", false},
+		{"first after last+1", func(b *runnelv1.Batch) { b.FirstSeq = 5 }, "first_seq after last_seq + 1", false},
+		{"heartbeat with partials", func(b *runnelv1.Batch) { b.FirstSeq, b.LastSeq = 4, 3 }, "heartbeat", false},
+		{"seq below first", func(b *runnelv1.Batch) { b.FirstSeq = 2 }, "seq 1 not after 1", false},
+		{"seq not increasing", func(b *runnelv1.Batch) { b.Partials[1].Seq = 1 }, "seq 1 not after 1", false},
+		{"seq after last", func(b *runnelv1.Batch) { b.Partials[1].Seq = 4 }, "seq 4 after last_seq", false},
+		{"nil partial", func(b *runnelv1.Batch) { b.Partials[1] = nil }, "nil", false},
+		{"too many partials", func(b *runnelv1.Batch) {
+			b.LastSeq = MaxBatchPartials + 1
+			b.Partials = b.Partials[:0]
+			for s := range uint64(MaxBatchPartials + 1) {
+				b.Partials = append(b.Partials, &runnelv1.Partial{Seq: s + 1})
+			}
+		}, "100001 partials, at most 100000", false},
+		{"watermark of a long pipeline name", func(b *runnelv1.Batch) { b.Watermarks[0].Pipeline = strings.Repeat("p", 256) },
+			"watermark for a pipeline name of 256 bytes", false},
+		{"nil watermark", func(b *runnelv1.Batch) { b.Watermarks[0] = nil }, "nil watermark", false},
+		{"long pipeline name", func(b *runnelv1.Batch) { b.Partials[1].Pipeline = strings.Repeat("p", 256) }, "pipeline name of 256 bytes", true},
+		{"empty pipeline name", func(b *runnelv1.Batch) { b.Partials[1].Pipeline = "" }, "pipeline name of 0 bytes", true},
+		{"empty window", func(b *runnelv1.Batch) { b.Partials[1].WindowEnd = b.Partials[1].WindowStart }, "window end", true},
+		{"window in the future", func(b *runnelv1.Batch) { b.Partials[1].WindowStart, b.Partials[1].WindowEnd = future, future+1000 },
+			"more than 1h0m0s after the hub's clock", true},
+		{"empty key", func(b *runnelv1.Batch) { b.Partials[1].Key = nil }, "empty key", true},
+		{"key on keyless", func(b *runnelv1.Batch) { b.Partials[1].Pipeline = "global" }, "key given", true},
+		{"long key", func(b *runnelv1.Batch) { b.Partials[1].Key = make([]byte, 4097) }, "key of 4097 bytes, at most 4096", true},
+		{"long state", func(b *runnelv1.Batch) { b.Partials[1].State = make([]byte, MaxStateBytes+1) }, "state of 1048577 bytes, at most 1048576", true},
+		{"corrupt state", func(b *runnelv1.Batch) { b.Partials[1].State = corrupt }, "state does not decode", true},
+		{"state of another set", func(b *runnelv1.Batch) { b.Partials[1].State = stateOf(other.Aggregates, 1) }, "state does not decode", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			before := th.Status()
 			b := good()
 			tt.mutate(b)
 			err := th.Apply(b)
 			if !errors.Is(err, ErrBadBatch) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want ErrBadBatch naming %q", err, tt.want)
 			}
-			if st := th.Status(); st.Batches != 0 || st.Partials != 0 || st.EdgesKnown != 0 {
+			var re *RefusedError
+			switch {
+			case errors.As(err, &re) != tt.entry:
+				t.Fatalf("err = %#v: refused per entry %v, want %v", err, re != nil, tt.entry)
+			case tt.entry && (len(re.Entries) != 1 || re.Entries[0].Seq != 3 || !strings.Contains(re.Entries[0].Reason, tt.want) ||
+				re.Edge != "e" || re.Epoch != 1):
+				t.Fatalf("refused %+v", re)
+			}
+			st := th.Status()
+			if st.Batches != 0 || st.Partials != 0 || st.EdgesKnown != 0 {
 				t.Fatalf("bad batch left traces: %+v", st)
+			}
+			if st.BatchesRefused != before.BatchesRefused+1 || st.PartialsRefused != before.PartialsRefused+uint64(len(re.entries())) {
+				t.Fatalf("refused %d batches, %d partials; before %d, %d", st.BatchesRefused, st.PartialsRefused, before.BatchesRefused, before.PartialsRefused)
 			}
 		})
 	}

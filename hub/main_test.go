@@ -1,11 +1,16 @@
 package hub
 
 import (
+	"bytes"
 	"encoding/binary"
+	"log/slog"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
 	"github.com/runnel-io/runnel/operators"
@@ -108,6 +113,7 @@ func (th *testHub) open() {
 		Retention:      time.Hour,
 		NoSync:         true,
 		Now:            th.clock.Now,
+		Logger:         slog.New(slog.DiscardHandler),
 	}
 	if th.cfg != nil {
 		th.cfg(&cfg)
@@ -214,4 +220,65 @@ func batch(edge string, epoch, first, last uint64, ps ...*runnelv1.Partial) *run
 func wm(b *runnelv1.Batch, pipeline string, ms int64) *runnelv1.Batch {
 	b.Watermarks = append(b.Watermarks, &runnelv1.Watermark{Pipeline: pipeline, WatermarkMs: ms})
 	return b
+}
+
+// logBuffer collects a hub's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// lines returns the lines that contain every one of subs.
+func (l *logBuffer) lines(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+lines:
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue lines
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// poison edits the closed hub's store in one transaction, as an older hub
+// (or a bug) might have left it.
+func (th *testHub) poison(f func(tx *bolt.Tx)) {
+	th.t.Helper()
+	db, err := bolt.Open(filepath.Join(th.dir, "hub.db"), 0o600, nil)
+	if err != nil {
+		th.t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { f(tx); return nil }); err != nil {
+		th.t.Fatal(err)
+	}
+}
+
+func (th *testHub) putRecord(tx *bolt.Tx, bucket, k, payload []byte) {
+	th.t.Helper()
+	if err := tx.Bucket(bucket).Put(k, appendRecord(nil, k, payload)); err != nil {
+		th.t.Fatal(err)
+	}
+}
+
+func (th *testHub) getRecord(tx *bolt.Tx, bucket, k []byte) []byte {
+	th.t.Helper()
+	p, err := openRecord(k, tx.Bucket(bucket).Get(k))
+	if err != nil {
+		th.t.Fatal(err)
+	}
+	return p
 }

@@ -95,6 +95,7 @@ type edge struct {
 	wm                []int64 // per pipe.idx, valid where hasWM
 	hasWM             []bool
 	dirty             bool
+	parked            int64 // bytes parked (park.go), written or not
 }
 
 func (e *edge) adopt(epoch uint64) {

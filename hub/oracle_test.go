@@ -118,7 +118,6 @@ func runOracle(t *testing.T, seed uint64, resident time.Duration) (total Status)
 		total.WindowsReloaded += st.WindowsReloaded
 	}
 	p := th.pipes[0]
-	set := p.Aggregates
 
 	edges := make([]*simEdge, oracleEdges)
 	lastOf := make([]map[winID][]byte, oracleEdges)
@@ -208,10 +207,34 @@ func runOracle(t *testing.T, seed uint64, resident time.Duration) (total Status)
 		}
 	}
 
+	rs := checkOracle(t, th, p, lastOf)
+	if resident == time.Nanosecond {
+		// Only the windows ending at the final watermark stay.
+		if st := th.Status(); st.WindowsResident > oracleKeys {
+			t.Fatalf("%d windows resident, want at most %d", st.WindowsResident, oracleKeys)
+		}
+	}
+	count()
+	if st := th.Status(); st.Results != uint64(len(rs)) && st.Commits > 0 {
+		// Results counts this process's emissions only; after restarts it
+		// is less. Pipelines().Results counts what is stored.
+		if pr := th.Pipelines()[0].Results; pr != uint64(len(rs)) {
+			t.Fatalf("pipeline results %d, stored %d", pr, len(rs))
+		}
+	}
+	return total
+}
+
+// checkOracle checks that the latest stored result of every window of p
+// is the merge of each edge's last partial of it (lastOf, per edge), with
+// versions 1..n without gaps, and returns every stored version.
+func checkOracle(t *testing.T, th *testHub, p *operators.Pipeline, lastOf []map[winID][]byte) []Result {
+	t.Helper()
+	set := p.Aggregates
 	// The brute-force merge.
 	want := map[winID][]aggregate.Value{}
 	wantEdges := map[winID]uint32{}
-	for i := range edges {
+	for i := range lastOf {
 		for id := range lastOf[i] {
 			wantEdges[id]++
 			want[id] = nil
@@ -219,7 +242,7 @@ func runOracle(t *testing.T, seed uint64, resident time.Duration) (total Status)
 	}
 	for id := range want {
 		st := set.New()
-		for i := range edges {
+		for i := range lastOf {
 			if enc, ok := lastOf[i][id]; ok {
 				if err := set.MergeEncoded(st, enc); err != nil {
 					t.Fatal(err)
@@ -265,19 +288,5 @@ func runOracle(t *testing.T, seed uint64, resident time.Duration) (total Status)
 			t.Fatalf("%v: %d edges, want %d", id, res.Edges, wantEdges[id])
 		}
 	}
-	if resident == time.Nanosecond {
-		// Only the windows ending at the final watermark stay.
-		if st := th.Status(); st.WindowsResident > oracleKeys {
-			t.Fatalf("%d windows resident, want at most %d", st.WindowsResident, oracleKeys)
-		}
-	}
-	count()
-	if st := th.Status(); st.Results != uint64(len(rs)) && st.Commits > 0 {
-		// Results counts this process's emissions only; after restarts it
-		// is less. Pipelines().Results counts what is stored.
-		if pr := th.Pipelines()[0].Results; pr != uint64(len(rs)) {
-			t.Fatalf("pipeline results %d, stored %d", pr, len(rs))
-		}
-	}
-	return total
+	return rs
 }

@@ -11,7 +11,9 @@ import (
 
 // restore creates the buckets of a new store, checks the layout and key
 // groups of an existing one, and loads edges, watermarks and the resident
-// windows with their partials into memory.
+// windows with their partials into memory; then it applies the parked
+// partials of pipelines now configured and counts the others
+// (restoreParked).
 func (h *Hub) restore() error {
 	return h.db.Update(func(tx *bolt.Tx) error {
 		if err := h.initMeta(tx); err != nil {
@@ -22,7 +24,7 @@ func (h *Hub) restore() error {
 			h.pipes[p.Name] = pp
 			h.pipeList = append(h.pipeList, pp)
 		}
-		for _, name := range [][]byte{bucketEdges, bucketPipelines, bucketPartials, bucketResults} {
+		for _, name := range [][]byte{bucketEdges, bucketPipelines, bucketPartials, bucketResults, bucketParked} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -33,7 +35,10 @@ func (h *Hub) restore() error {
 		if err := h.restoreEdges(tx.Bucket(bucketEdges)); err != nil {
 			return err
 		}
-		return h.restorePartials(tx.Bucket(bucketPartials))
+		if err := h.restorePartials(tx.Bucket(bucketPartials)); err != nil {
+			return err
+		}
+		return h.restoreParked(tx)
 	})
 }
 
@@ -95,7 +100,14 @@ func (h *Hub) restorePipelines(b *bolt.Bucket) error {
 			return fmt.Errorf("hub: store: pipeline %q: %v: %w", k, err, ErrCorrupt)
 		}
 		if pp.hasWM {
-			pp.expiredTo = subSat(pp.wm, int64(h.cfg.Retention/time.Millisecond))
+			now := h.cfg.Now()
+			if bound := h.futureBound(now); pp.wm > bound {
+				// Written by a hub that did not bound watermarks by its clock.
+				h.cfg.Logger.Warn("hub: open: the stored hub watermark is ahead of the clock; held at the bound",
+					"pipeline", pp.p.Name, "watermark_ms", pp.wm, "bound_ms", bound, "max_future", h.cfg.MaxFuture)
+				pp.wm, pp.dirty = bound, true
+			}
+			pp.expiredTo = h.expiryBound(pp, now)
 		}
 		return nil
 	})
@@ -113,12 +125,29 @@ func (h *Hub) restoreEdges(b *bolt.Bucket) error {
 		}
 		e := h.edgeFor(string(k), r.epoch)
 		e.applied, e.acked, e.ackedEpoch = r.acked, r.acked, r.epoch
+		if r.epoch > MaxEpoch {
+			// Adopted by a hub that took any epoch. Held as none, the
+			// edge's next Hello is adopted; its partials stay, and the
+			// ones it resends under that epoch replace them (loadRecord
+			// reads such a partial's epoch as 0).
+			h.cfg.Logger.Warn("hub: open: an edge's stored epoch is beyond any an edge reaches; it holds none now",
+				"edge", string(k), "epoch", r.epoch, "max_epoch", uint64(MaxEpoch))
+			e.epoch, e.applied, e.acked, e.ackedEpoch = 0, 0, 0, 0
+		}
 		e.lastSeen = time.Unix(0, r.lastSeen)
-		e.dirty = false
+		e.dirty = r.epoch > MaxEpoch // rewritten at the next commit
+		bound := h.futureBound(h.cfg.Now())
 		for _, w := range r.watermarks {
-			if pp := h.pipes[w.pipeline]; pp != nil {
-				e.wm[pp.idx], e.hasWM[pp.idx] = w.wm, true
+			pp := h.pipes[w.pipeline]
+			if pp == nil {
+				continue
 			}
+			if w.wm > bound {
+				h.cfg.Logger.Warn("hub: open: an edge's stored watermark is ahead of the clock; held at the bound",
+					"edge", e.id, "pipeline", w.pipeline, "watermark_ms", w.wm, "bound_ms", bound, "max_future", h.cfg.MaxFuture)
+				w.wm, e.dirty = bound, true
+			}
+			e.wm[pp.idx], e.hasWM[pp.idx] = w.wm, true
 		}
 		return nil
 	})

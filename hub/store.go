@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
-
-	"github.com/runnel-io/runnel/operators"
 )
 
 // The byte layout of the hub's bbolt file; docs/formats/hub-store.md is the
@@ -30,6 +28,10 @@ var (
 	bucketPipelines = []byte("pipelines")
 	bucketPartials  = []byte("partials") // one sub-bucket per key group
 	bucketResults   = []byte("results")  // one sub-bucket per pipeline
+	// bucketParked holds partials and watermarks of pipelines the hub does
+	// not know (park.go). Created at Open when missing: older stores
+	// read the same.
+	bucketParked = []byte("parked")
 
 	metaFormat    = []byte("format")
 	metaKeyGroups = []byte("keygroups")
@@ -42,9 +44,10 @@ const (
 )
 
 const (
-	maxEdgeID  = 255                   // bytes
-	maxKeyLen  = operators.MaxKeyBytes // bytes of an encoded key: what edges let through
-	maxPipeLen = 255                   // pipeline names are shorter (64), but the key has one length byte
+	maxEdgeID   = 255           // bytes
+	maxKeyLen   = MaxKeyBytes   // bytes of an encoded key: what edges let through
+	maxStateLen = MaxStateBytes // bytes of a partial's aggregate state
+	maxPipeLen  = 255           // pipeline names are shorter (64), but the key has one length byte
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -334,6 +337,125 @@ func parsePipelineValue(p []byte) (hasWM bool, wm int64, results uint64, err err
 		return false, 0, 0, errors.New("bad pipeline value")
 	}
 	return p[0] == 1, int64(binary.BigEndian.Uint64(p[1:])), binary.BigEndian.Uint64(p[9:]), nil
+}
+
+// Keys of the parked bucket: pipe prefix | u8 len(edge) | edge | tag, and
+// for a partial u64 epoch | u64 seq. A pipeline's records are one key
+// range, an edge's in it are adjacent, its watermark first and then its
+// partials in (epoch, seq) order.
+const (
+	parkTagWatermark = 0x00
+	parkTagPartial   = 0x01
+)
+
+func appendParkedPrefix(dst []byte, pipeline, edge string, tag byte) []byte {
+	dst = appendPipePrefix(dst, pipeline)
+	dst = append(dst, byte(len(edge)))
+	dst = append(dst, edge...)
+	return append(dst, tag)
+}
+
+func appendParkedPartialKey(dst []byte, pipeline, edge string, epoch, seq uint64) []byte {
+	dst = appendParkedPrefix(dst, pipeline, edge, parkTagPartial)
+	dst = binary.BigEndian.AppendUint64(dst, epoch)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// parkedKey is a decoded key of the parked bucket.
+type parkedKey struct {
+	pipeline, edge []byte
+	tag            byte
+	epoch, seq     uint64 // parkTagPartial only
+}
+
+func parseParkedKey(k []byte) (parkedKey, error) {
+	var pk parkedKey
+	if len(k) < 1 || len(k) < 1+int(k[0])+1 {
+		return pk, errors.New("short parked key")
+	}
+	n := int(k[0])
+	pk.pipeline, k = k[1:1+n], k[1+n:]
+	m := int(k[0])
+	if len(k) < 1+m+1 {
+		return pk, errors.New("short parked key")
+	}
+	pk.edge, k = k[1:1+m], k[1+m:]
+	pk.tag, k = k[0], k[1:]
+	switch {
+	case pk.tag == parkTagWatermark && len(k) == 0:
+	case pk.tag == parkTagPartial && len(k) == 16:
+		pk.epoch, pk.seq = binary.BigEndian.Uint64(k), binary.BigEndian.Uint64(k[8:])
+	default:
+		return pk, fmt.Errorf("bad parked tag 0x%02x with %d bytes", pk.tag, len(k))
+	}
+	return pk, nil
+}
+
+// Parked watermark payload: i64 parked at (Unix ms, hub clock) | i64
+// watermark.
+func appendParkedWatermark(dst []byte, at, wm int64) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(at))
+	return binary.BigEndian.AppendUint64(dst, uint64(wm))
+}
+
+func parseParkedWatermark(p []byte) (at, wm int64, err error) {
+	if len(p) != 16 {
+		return 0, 0, errors.New("parked watermark not 16 bytes")
+	}
+	return int64(binary.BigEndian.Uint64(p)), int64(binary.BigEndian.Uint64(p[8:])), nil
+}
+
+// parkedPartial is a decoded parked partial payload: i64 parked at (Unix
+// ms, hub clock) | i64 window start | i64 window end | u32 version |
+// uvarint len(key) | key | state.
+type parkedPartial struct {
+	at, start, end int64
+	version        uint32
+	key, state     []byte
+}
+
+func appendParkedPartial(dst []byte, at, start, end int64, version uint32, key, state []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(at))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(start))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(end))
+	dst = binary.BigEndian.AppendUint32(dst, version)
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = append(dst, key...)
+	return append(dst, state...)
+}
+
+func parseParkedPartial(p []byte) (parkedPartial, error) {
+	var pp parkedPartial
+	if len(p) < 28 {
+		return pp, errors.New("short parked partial")
+	}
+	pp.at = int64(binary.BigEndian.Uint64(p))
+	pp.start = int64(binary.BigEndian.Uint64(p[8:]))
+	pp.end = int64(binary.BigEndian.Uint64(p[16:]))
+	pp.version = binary.BigEndian.Uint32(p[24:])
+	p = p[28:]
+	n, w := binary.Uvarint(p)
+	if w <= 0 || n > uint64(len(p)-w) {
+		return pp, errors.New("bad parked key length")
+	}
+	pp.key, pp.state = p[w:w+int(n)], p[w+int(n):]
+	return pp, nil
+}
+
+// parkedAt reads the parked-at time that leads both parked payloads.
+func parkedAt(p []byte) (int64, error) {
+	if len(p) < 8 {
+		return 0, errors.New("short parked value")
+	}
+	return int64(binary.BigEndian.Uint64(p)), nil
+}
+
+// addSat returns a+b for b >= 0, saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // subSat returns a-b, saturating at math.MinInt64.

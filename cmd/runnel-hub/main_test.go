@@ -72,7 +72,7 @@ func TestRun(t *testing.T) {
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == 200 && string(body) == "ok\n" {
+			if resp.StatusCode == 200 && strings.HasPrefix(string(body), `{"status":"ok"`) {
 				break
 			}
 		}

@@ -11,6 +11,12 @@
 //     /v1/openapi.json, SSE at /v1/pipelines/{pipeline}/results/events,
 //     /healthz, /metrics.
 //
+// /healthz, the runnel_hub_health gauge and the Health service serve one
+// report (internal/health) of named checks: commit (failing while the
+// last commit failed, or while shutting down), refusals, parked, clock and
+// epochs (degraded while the core reports such incidents; health.go).
+// /healthz is 503 only while failing.
+//
 // Both use TLS when a certificate and key are configured; without them
 // New refuses unless Config.Insecure is set, and Start logs a warning.
 // The gateway does not dial the gRPC listener: it calls a second,
@@ -31,14 +37,23 @@
 //
 // # Uplink stream
 //
-// Hello first (core.Hello) → Resume; then Batches, each core.Apply'd in
-// order by a receive loop, while an acker sends Ack{epoch, acked_seq}
-// each time core.Acked's next channel closes and the durable sequence
-// moved. Core errors end the stream with stable codes: ErrFenced →
-// FailedPrecondition, ErrGap → OutOfRange (reconnect, resume from the
-// ack), ErrBadBatch → InvalidArgument (with the reason), ErrClosed →
-// Unavailable. When the edge closes its side, the stream stays until the
-// last batch is acked (at most 5 s).
+// Hello first (core.Hello) → Resume, which also announces the hub's
+// limits (hub.MaxKeyBytes, hub.MaxStateBytes, hub.MaxBatchPartials, and
+// the gRPC receive limit less 64 KiB as max_batch_bytes); then Batches,
+// each core.Apply'd in order by a receive loop, while an acker sends
+// Ack{epoch, acked_seq} each time core.Acked's next channel closes and
+// the durable sequence moved. Core errors end the stream with stable
+// codes: ErrFenced → FailedPrecondition (a batch of an older epoch; a
+// Hello with one is answered with the hub's epoch instead), ErrGap →
+// OutOfRange (reconnect, resume from the ack), ErrBadBatch and
+// ErrBadEpoch → InvalidArgument (with the reason), ErrClosed →
+// Unavailable. A *hub.RefusedError (some partials the hub
+// will never accept) is InvalidArgument with a runnelv1.Refusal detail
+// naming the entries by sequence number with their reasons, at most 1000
+// of them with reasons cut to 256 bytes so that the trailer stays small;
+// the edge sets those aside and resends, and a further refusal names the
+// rest. When the edge closes its side, the stream stays until the last
+// batch is acked (at most 5 s).
 //
 // # Invariants
 //

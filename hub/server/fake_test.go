@@ -65,6 +65,8 @@ type fakeCore struct {
 	subs      []*fakeSub
 	commitErr string
 	watermark int64
+	applyErr  error             // returned by every Apply when set
+	status    func(*hub.Status) // edits what Status returns
 }
 
 type fakeSub struct {
@@ -90,10 +92,7 @@ func (f *fakeCore) Hello(edge string, epoch, nextSeq uint64) (hub.Resume, error)
 		e = &hub.EdgeInfo{ID: edge, Epoch: epoch, Watermarks: map[string]int64{}}
 		f.edges[edge] = e
 	}
-	switch {
-	case epoch < e.Epoch:
-		return hub.Resume{}, fmt.Errorf("%w: edge %s epoch %d < %d", hub.ErrFenced, edge, epoch, e.Epoch)
-	case epoch > e.Epoch:
+	if epoch > e.Epoch { // an older epoch is answered with the held one
 		e.Epoch, e.AckedSeq = epoch, 0
 	}
 	e.LastSeen, e.Live = time.UnixMilli(1700000000000), true
@@ -103,6 +102,9 @@ func (f *fakeCore) Hello(edge string, epoch, nextSeq uint64) (hub.Resume, error)
 func (f *fakeCore) Apply(b *runnelv1.Batch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.applyErr != nil {
+		return f.applyErr
+	}
 	e := f.edges[b.EdgeId]
 	switch {
 	case e == nil || b.Epoch < e.Epoch:
@@ -251,7 +253,11 @@ func (f *fakeCore) emit(r hub.Result) {
 func (f *fakeCore) Status() hub.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return hub.Status{CommitErr: f.commitErr, EdgesKnown: len(f.edges), EdgesLive: len(f.edges), Batches: uint64(len(f.applied)), Results: uint64(len(f.results)), Commits: uint64(len(f.applied))}
+	st := hub.Status{CommitErr: f.commitErr, EdgesKnown: len(f.edges), EdgesLive: len(f.edges), Batches: uint64(len(f.applied)), Results: uint64(len(f.results)), Commits: uint64(len(f.applied))}
+	if f.status != nil {
+		f.status(&st)
+	}
+	return st
 }
 
 func (f *fakeCore) appliedBatches() int {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/runnel-io/runnel/internal/health"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
 
@@ -37,28 +38,9 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		w.Write(runnelv1.OpenAPI)
 	})
 	mux.HandleFunc("GET /v1/pipelines/{pipeline}/results/events", s.events)
-	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /healthz", health.Handler(s.report))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux, nil
-}
-
-// healthz is 200 "ok" while the core commits, 503 with the last commit
-// error when it does not, or while the server shuts down.
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	select {
-	case <-s.quit:
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintln(w, "shutting down")
-		return
-	default:
-	}
-	if st := s.core.Status(); st.CommitErr != "" {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintln(w, st.CommitErr)
-		return
-	}
-	fmt.Fprintln(w, "ok")
 }
 
 // httpError writes err (a gRPC status) as the gateway does: its HTTP

@@ -3,6 +3,8 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/runnel-io/runnel/internal/health"
 )
 
 // metrics are the hub's Prometheus metrics. The core's counters are read
@@ -15,7 +17,9 @@ type metrics struct {
 	refused prometheus.Counter // batches or hellos under another edge's id
 }
 
-func newMetrics(core Core) *metrics {
+// newMetrics registers the server's metrics, the core's (read from
+// core.Status at scrape time) and the health report's gauge.
+func newMetrics(core Core, report func() health.Report) *metrics {
 	m := &metrics{
 		reg:     prometheus.NewRegistry(),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_uplink_streams", Help: "Uplink Sync streams open."}),
@@ -23,7 +27,8 @@ func newMetrics(core Core) *metrics {
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnel_hub_uplink_permission_denied_total", Help: "Hellos and batches refused because they named another edge than their token's."}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.streams, m.sse, m.refused, coreCollector{core})
+		m.streams, m.sse, m.refused, coreCollector{core},
+		health.Collector("runnel_hub_health", "The hub's health per check (commit, refusals, parked, clock, epochs; node: the worst): 0 ok, 1 degraded, 2 failing.", nil, report))
 	return m
 }
 
@@ -45,13 +50,23 @@ var (
 	descEvicted     = prometheus.NewDesc("runnel_hub_windows_evicted_total", "Emitted windows dropped from memory (they stay in the store).", nil, nil)
 	descReloaded    = prometheus.NewDesc("runnel_hub_windows_reloaded_total", "Windows read back from the store for a late partial.", nil, nil)
 	descExpired     = prometheus.NewDesc("runnel_hub_partials_expired_total", "Partials dropped because their window is past retention.", nil, nil)
+	descBRefused    = prometheus.NewDesc("runnel_hub_batches_refused_total", "Uplink batches refused (InvalidArgument), nothing of them applied: malformed, or with partials the hub will never accept.", nil, nil)
+	descPRefused    = prometheus.NewDesc("runnel_hub_partials_refused_total", "Partials refused by name (the edge sets them aside and resends the batch without them).", nil, nil)
+	descEpochs      = prometheus.NewDesc("runnel_hub_epochs_refused_total", "Hellos and batches refused for an epoch the hub will not adopt (too far past the held one, or beyond any an edge reaches).", nil, nil)
+	descClamped     = prometheus.NewDesc("runnel_hub_watermarks_clamped_total", "Edge watermarks more than merge.max_future ahead of the hub's clock, held at that bound.", nil, nil)
+	descParked      = prometheus.NewDesc("runnel_hub_partials_parked_total", "Partials of pipelines the hub does not know, parked until it is configured.", nil, nil)
+	descUnparked    = prometheus.NewDesc("runnel_hub_partials_unparked_total", "Parked partials applied when the hub opened with their pipeline configured.", nil, nil)
+	descParkedExp   = prometheus.NewDesc("runnel_hub_parked_expired_total", "Parked partials deleted after merge.retention.", nil, nil)
+	descPParked     = prometheus.NewDesc("runnel_hub_parked_partials", "Partials parked now, per pipeline the hub does not know.", []string{"pipeline"}, nil)
+	descPParkedB    = prometheus.NewDesc("runnel_hub_parked_bytes", "Bytes parked now (partials and watermarks), per pipeline the hub does not know.", []string{"pipeline"}, nil)
 	descWatermark   = prometheus.NewDesc("runnel_hub_watermark_seconds", "Hub watermark (min over live edges), Unix seconds; absent before any edge reported one.", []string{"pipeline"}, nil)
 	descPResults    = prometheus.NewDesc("runnel_hub_pipeline_results", "Result versions stored, per pipeline.", []string{"pipeline"}, nil)
 )
 
 func (c coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBatches, descBatchesDup, descPartials, descPartialsDup, descResults, descCommits,
-		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descEvicted, descReloaded, descExpired, descWatermark, descPResults} {
+		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descEvicted, descReloaded, descExpired,
+		descBRefused, descPRefused, descEpochs, descClamped, descParked, descUnparked, descParkedExp, descPParked, descPParkedB, descWatermark, descPResults} {
 		ch <- d
 	}
 }
@@ -82,6 +97,17 @@ func (c coreCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEvicted, st.WindowsEvicted)
 	counter(descReloaded, st.WindowsReloaded)
 	counter(descExpired, st.PartialsExpired)
+	counter(descBRefused, st.BatchesRefused)
+	counter(descPRefused, st.PartialsRefused)
+	counter(descClamped, st.WatermarksClamped)
+	counter(descEpochs, st.EpochsRefused)
+	counter(descParked, st.PartialsParked)
+	counter(descUnparked, st.PartialsUnparked)
+	counter(descParkedExp, st.ParkedExpired)
+	for _, p := range st.Parked {
+		gauge(descPParked, float64(p.Partials), p.Pipeline)
+		gauge(descPParkedB, float64(p.Bytes), p.Pipeline)
+	}
 	for _, p := range c.core.Pipelines() {
 		if p.HasWatermark {
 			gauge(descWatermark, float64(p.Watermark)/1e3, p.Pipeline.Name)

@@ -238,21 +238,6 @@ func aggValue(v aggregate.Value) *structpb.Value {
 	return structpb.NewNullValue()
 }
 
-// health serves the Health service.
-type health struct {
-	runnelv1.UnimplementedHealthServer
-	s *Server
-}
-
-func (h *health) Check(ctx context.Context, _ *runnelv1.HealthCheckRequest) (*runnelv1.HealthCheckResponse, error) {
-	st := h.s.core.Status()
-	msg := "ok"
-	if st.CommitErr != "" {
-		msg = st.CommitErr
-	}
-	return &runnelv1.HealthCheckResponse{Status: msg, Version: h.s.cfg.Version, EdgesLive: uint32(st.EdgesLive), EdgesKnown: uint32(st.EdgesKnown)}, nil
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {

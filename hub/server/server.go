@@ -33,6 +33,11 @@ const (
 // maxMsgSize bounds a received gRPC message (an uplink batch).
 const maxMsgSize = 16 << 20
 
+// maxBatchBytes is the serialized SyncRequest the hub announces it takes
+// (Limits.max_batch_bytes): maxMsgSize less a margin, so that an edge that
+// sizes its batches by its own encoding never meets the gRPC limit.
+const maxBatchBytes = maxMsgSize - 64<<10
+
 // Config configures a Server. The zero value of a field is its default.
 type Config struct {
 	GRPCAddr string // host:port of the gRPC listener (edges and API); default DefaultGRPCAddr
@@ -107,7 +112,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	case !cfg.Insecure:
 		return nil, errors.New("server: no TLS certificate and key; set them, or allow plaintext explicitly (insecure)")
 	}
-	s.metrics = newMetrics(core)
+	s.metrics = newMetrics(core, s.report)
 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsgSize),
@@ -125,7 +130,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(grpcOpts...)
 	runnelv1.RegisterUplinkServer(s.grpc, &uplink{s: s})
 	runnelv1.RegisterResultsServer(s.grpc, &results{s: s})
-	runnelv1.RegisterHealthServer(s.grpc, &health{s: s})
+	runnelv1.RegisterHealthServer(s.grpc, &healthService{s: s})
 
 	// The gateway calls an in-process server over a pipe: grpc-gateway's
 	// direct (HandlerServer) mode cannot stream, and dialing our own
@@ -133,7 +138,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	// interceptors, so REST requests carry and need the same token.
 	s.inner = grpc.NewServer(opts...)
 	runnelv1.RegisterResultsServer(s.inner, &results{s: s})
-	runnelv1.RegisterHealthServer(s.inner, &health{s: s})
+	runnelv1.RegisterHealthServer(s.inner, &healthService{s: s})
 	s.innerLis = bufconn.Listen(1 << 20)
 	s.innerConn, err = grpc.NewClient("passthrough:///hub",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.innerLis.DialContext(ctx) }),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -23,11 +24,15 @@ type uplink struct {
 // coreError maps the hub core's errors to the gRPC codes edges act on:
 // FailedPrecondition (fenced: start a new epoch), OutOfRange (gap:
 // reconnect and resume from the ack), InvalidArgument (a batch the hub
-// will never take, or a bad query), Unavailable (retry later); anything
-// else is Internal.
+// will never take, with a Refusal detail when it is some of its partials;
+// an epoch it will not adopt; a bad query), Unavailable (retry later);
+// anything else is Internal.
 func coreError(err error) error {
 	if err == nil {
 		return nil
+	}
+	if re := (*hub.RefusedError)(nil); errors.As(err, &re) {
+		return refusal(re)
 	}
 	code := codes.Internal
 	switch {
@@ -35,12 +40,46 @@ func coreError(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, hub.ErrGap):
 		code = codes.OutOfRange
-	case errors.Is(err, hub.ErrBadBatch), errors.Is(err, hub.ErrBadQuery):
+	case errors.Is(err, hub.ErrBadBatch), errors.Is(err, hub.ErrBadQuery), errors.Is(err, hub.ErrBadEpoch):
 		code = codes.InvalidArgument
 	case errors.Is(err, hub.ErrClosed):
 		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())
+}
+
+// A Refusal detail names at most maxRefusalEntries entries, with reasons
+// of at most maxReasonBytes, so that it fits in any peer's trailers; the
+// edge sets those aside and resends, and the next refusal names the rest.
+const (
+	maxRefusalEntries = 1000
+	maxReasonBytes    = 256
+)
+
+// refusal is the InvalidArgument status of a batch refused for some of its
+// partials, with a runnelv1.Refusal detail naming them.
+func refusal(re *hub.RefusedError) error {
+	st := status.New(codes.InvalidArgument, re.Error())
+	d := &runnelv1.Refusal{Entries: make([]*runnelv1.RefusedEntry, 0, min(len(re.Entries), maxRefusalEntries))}
+	for _, r := range re.Entries[:min(len(re.Entries), maxRefusalEntries)] {
+		reason := r.Reason
+		if len(reason) > maxReasonBytes {
+			reason = strings.ToValidUTF8(reason[:maxReasonBytes-3], "") + "..."
+		}
+		d.Entries = append(d.Entries, &runnelv1.RefusedEntry{Seq: r.Seq, Reason: reason})
+	}
+	if ds, err := st.WithDetails(d); err == nil {
+		st = ds
+	}
+	return st.Err()
+}
+
+// limits are what the hub accepts in a batch, announced in every Resume.
+var limits = &runnelv1.Limits{
+	MaxKeyBytes:      hub.MaxKeyBytes,
+	MaxStateBytes:    hub.MaxStateBytes,
+	MaxBatchBytes:    maxBatchBytes,
+	MaxBatchPartials: hub.MaxBatchPartials,
 }
 
 var errShutdown = status.Error(codes.Unavailable, "hub: shutting down")
@@ -72,7 +111,7 @@ func (u *uplink) Sync(stream grpc.BidiStreamingServer[runnelv1.SyncRequest, runn
 	if err != nil {
 		return coreError(err)
 	}
-	if err := stream.Send(&runnelv1.SyncResponse{Msg: &runnelv1.SyncResponse_Resume{Resume: &runnelv1.Resume{Epoch: resume.Epoch, AckedSeq: resume.AckedSeq}}}); err != nil {
+	if err := stream.Send(&runnelv1.SyncResponse{Msg: &runnelv1.SyncResponse_Resume{Resume: &runnelv1.Resume{Epoch: resume.Epoch, AckedSeq: resume.AckedSeq, Limits: limits}}}); err != nil {
 		return err
 	}
 	s.log.Debug("hub: edge connected", "edge", edge, "epoch", hello.Epoch, "next_seq", hello.NextSeq, "resume_epoch", resume.Epoch, "acked_seq", resume.AckedSeq)
