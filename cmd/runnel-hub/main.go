@@ -66,7 +66,8 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	}
 	h, err := hub.Open(hub.Config{
 		Dir: c.DataDir, Pipelines: ps, KeyGroups: c.Merge.KeyGroups, EdgeTimeout: c.Merge.EdgeTimeout,
-		Retention: c.Merge.Retention, Resident: c.Merge.Resident, CommitInterval: c.Merge.CommitInterval, Logger: lg,
+		Retention: c.Merge.Retention, Resident: c.Merge.Resident, CommitInterval: c.Merge.CommitInterval,
+		MaxFuture: c.Merge.MaxFuture, Logger: lg,
 	})
 	if err != nil {
 		return fmt.Errorf("open the hub store in %s: %w", c.DataDir, err)
