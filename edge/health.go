@@ -56,12 +56,15 @@ func (n *node) health(now time.Time) health.Report {
 		add("checkpoint", health.OK, "")
 	}
 
-	switch used, capBytes := n.diskUsed(), n.cfg.DiskCap; {
-	case capBytes > 0 && used >= capBytes && n.cfg.DropAtCap:
-		add("disk", health.Degraded, "disk cap reached (%d of %d bytes): incoming messages are dropped (disk_cap.policy drop_raw), %d so far",
-			used, capBytes, n.status.capDropped.Load())
+	sideMax, _ := n.sideLimits()
+	used := fmt.Sprintf("ingest log %d + outbox %d + side outputs' bound %d of %d bytes",
+		n.log.Size(), n.status.outboxBytes.Load(), sideMax, n.cfg.DiskCap)
+	switch {
+	case n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap && n.cfg.DropAtCap:
+		add("disk", health.Degraded, "disk cap reached (%s): incoming messages are dropped (disk_cap.policy drop_raw), %d so far",
+			used, n.status.capDropped.Load())
 	case n.status.capBlocked.Load():
-		add("disk", health.Degraded, "disk cap reached (%d of %d bytes): messages are held at the broker until the outbox drains", used, capBytes)
+		add("disk", health.Degraded, "disk cap reached (%s): messages are held at the broker until checkpoints and the uplink free space", used)
 	default:
 		add("disk", health.OK, "")
 	}

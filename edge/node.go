@@ -632,9 +632,14 @@ func (n *node) dropAtCap() {
 }
 
 // diskUsed is what counts toward the disk cap: the ingest log, the outbox
-// and the side outputs.
+// and the side outputs' whole bound, reserved. Side outputs grow from
+// records still in the log (a dead letter is in both until the segment
+// goes), so counting what they hold would let the total pass the cap by up
+// to their bound; with it reserved, log and outbox keep below the cap less
+// that bound, and the side outputs within it.
 func (n *node) diskUsed() int64 {
-	return n.log.Size() + n.status.outboxBytes.Load() + n.side.bytes.Load()
+	sideMax, _ := n.sideLimits()
+	return n.log.Size() + n.status.outboxBytes.Load() + sideMax
 }
 
 // sideQueueLen bounds the side output lines waiting for mqtt outputs.

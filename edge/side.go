@@ -3,14 +3,12 @@ package edge
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -30,8 +28,10 @@ import (
 // outputs"), so that the oldest go first when the node must make room:
 //
 //   - Together they may take SideOutputs.MaxBytes (keys and values); each
-//     commit that would pass it deletes the oldest entries of any side
-//     until it does not. They count toward the disk cap.
+//     commit that would pass it deletes the oldest entries of the side
+//     that holds the most until it does not, so that a flood of one kind
+//     (garbage payloads) pushes out its own, not the others. They count
+//     toward the disk cap.
 //   - Entries older than SideOutputs.MaxAge are deleted at the next commit.
 //
 // Both are counted per side (runnel_edge_side_output_dropped_total). After
@@ -94,12 +94,14 @@ func sideTime(k []byte) int64 {
 // sideStats is what the node knows of its side outputs; the writer
 // goroutine changes it, metrics and health read it.
 type sideStats struct {
-	bytes   atomic.Int64 // keys and values in every side bucket
-	entries [3]atomic.Int64
-	dropped [3]atomic.Uint64 // by sides index: deleted to make room or for age
-	added   [3]atomic.Uint64
-	lastAt  [3]atomic.Int64 // Unix ms of the last entry added
-	full    atomic.Int64    // Unix ms of the last drop for room (0: never)
+	bytes     atomic.Int64 // keys and values in every side bucket
+	sideBytes [3]atomic.Int64
+	entries   [3]atomic.Int64
+	dropped   [3]atomic.Uint64 // by sides index: deleted to make room or for age
+	added     [3]atomic.Uint64
+	lastAt    [3]atomic.Int64 // Unix ms of the last entry added
+	full      atomic.Int64    // Unix ms of the last drop for room (0: never)
+	warned    [3]atomic.Int64 // Unix ms of the last warning about drops
 }
 
 // loadSide counts what the side buckets hold, at open.
@@ -112,6 +114,7 @@ func (n *node) loadSide(tx *state.Tx) error {
 		var last int64
 		err = b.ForEach(nil, func(k, v []byte) error {
 			n.side.bytes.Add(int64(len(k) + len(v)))
+			n.side.sideBytes[i].Add(int64(len(k) + len(v)))
 			n.side.entries[i].Add(1)
 			last = sideTime(k)
 			return nil
@@ -127,12 +130,13 @@ func (n *node) loadSide(tx *state.Tx) error {
 // putSide adds one entry to side i within tx; the counters change with
 // commitSide once tx committed.
 type sideDelta struct {
-	bytes   int64
-	entries [3]int64
-	added   [3]uint64
-	dropped [3]uint64
-	lastAt  [3]int64
-	full    bool
+	bytes     int64
+	sideBytes [3]int64
+	entries   [3]int64
+	added     [3]uint64
+	dropped   [3]uint64
+	lastAt    [3]int64
+	full      bool
 }
 
 func (d *sideDelta) put(b *state.Bucket, i int, k, v []byte) error {
@@ -140,15 +144,18 @@ func (d *sideDelta) put(b *state.Bucket, i int, k, v []byte) error {
 		return err
 	}
 	d.bytes += int64(len(k) + len(v))
+	d.sideBytes[i] += int64(len(k) + len(v))
 	d.entries[i]++
 	d.added[i]++
 	d.lastAt[i] = max(d.lastAt[i], sideTime(k))
 	return nil
 }
 
-// bound deletes, within tx, the side entries older than the age bound and
-// then the oldest until the side outputs fit in their byte bound, given
-// what d already added.
+// boundSide deletes, within tx, the side entries older than the age bound
+// and then, while the side outputs with what d already added pass their
+// byte bound, the oldest entry of the side that holds the most bytes: a
+// flood of one kind (garbage payloads as dead letters) pushes out its own
+// oldest entries, not the few quarantined results.
 func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time) error {
 	maxBytes, maxAge := n.sideLimits()
 	oldest := int64(-1) // the age bound: entries committed before it go
@@ -157,21 +164,24 @@ func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time) error {
 	}
 	excess := n.side.bytes.Load() + d.bytes - maxBytes
 	type victim struct {
-		side int
-		at   int64
 		k    []byte
+		at   int64
 		size int64
 	}
-	var vs []victim
+	held := make([]int64, len(sides)) // bytes per side, with d
+	cand := make([][]victim, len(sides))
 	buckets := make([]*state.Bucket, len(sides))
+	for i := range sides {
+		held[i] = n.side.sideBytes[i].Load() + d.sideBytes[i]
+	}
 	for i, sd := range sides {
 		b, err := tx.Bucket(sd.bucket)
 		if err != nil {
 			return err
 		}
-		buckets[i] = b
 		// Every entry too old, and enough of the oldest to cover the
-		// excess on this side alone; the merge below picks across sides.
+		// excess should this side have to yield all of it.
+		var vs []victim
 		var taken int64
 		err = b.ForEach(nil, func(k, v []byte) error {
 			at := sideTime(k)
@@ -180,28 +190,52 @@ func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time) error {
 			}
 			size := int64(len(k) + len(v))
 			taken += size
-			vs = append(vs, victim{i, at, bytes.Clone(k), size})
+			vs = append(vs, victim{bytes.Clone(k), at, size})
 			return nil
 		})
 		if err != nil && !errors.Is(err, errStopScan) {
 			return err
 		}
+		cand[i], buckets[i] = vs, b
 	}
-	slices.SortFunc(vs, func(a, b victim) int { return cmp.Compare(a.at, b.at) })
-	for _, v := range vs {
-		if v.at >= oldest && excess <= 0 {
-			break
-		}
-		if err := buckets[v.side].Delete(v.k); err != nil {
+	del := func(i int) error {
+		v := cand[i][0]
+		cand[i] = cand[i][1:]
+		if err := buckets[i].Delete(v.k); err != nil {
 			return err
 		}
 		d.bytes -= v.size
-		d.entries[v.side]--
-		d.dropped[v.side]++
+		d.sideBytes[i] -= v.size
+		held[i] -= v.size
+		d.entries[i]--
+		d.dropped[i]++
 		if v.at >= oldest {
 			d.full = true
+			excess -= v.size
 		}
-		excess -= v.size
+		return nil
+	}
+	for i := range sides {
+		for len(cand[i]) > 0 && cand[i][0].at < oldest {
+			if err := del(i); err != nil {
+				return err
+			}
+		}
+	}
+	excess = n.side.bytes.Load() + d.bytes - maxBytes
+	for excess > 0 {
+		big := -1
+		for i := range sides {
+			if len(cand[i]) > 0 && (big < 0 || held[i] > held[big]) {
+				big = i
+			}
+		}
+		if big < 0 {
+			return nil
+		}
+		if err := del(big); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -210,15 +244,17 @@ func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time) error {
 func (n *node) commitSide(d *sideDelta, now time.Time) {
 	n.side.bytes.Add(d.bytes)
 	for i := range sides {
+		n.side.sideBytes[i].Add(d.sideBytes[i])
 		n.side.entries[i].Add(d.entries[i])
 		n.side.added[i].Add(d.added[i])
 		n.side.dropped[i].Add(d.dropped[i])
 		if d.lastAt[i] > 0 {
 			n.side.lastAt[i].Store(d.lastAt[i])
 		}
-		if d.dropped[i] > 0 {
-			n.lg.Warn("edge: side output bound reached; dropped the oldest entries",
-				"side", sides[i].name, "dropped", d.dropped[i], "dropped_total", n.side.dropped[i].Load())
+		if d.dropped[i] > 0 && now.UnixMilli()-n.side.warned[i].Load() >= time.Minute.Milliseconds() {
+			n.side.warned[i].Store(now.UnixMilli())
+			n.lg.Warn("edge: side output bound reached; dropping the oldest entries (logged once a minute)",
+				"side", sides[i].name, "dropped_total", n.side.dropped[i].Load())
 		}
 	}
 	if d.full {

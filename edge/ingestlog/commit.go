@@ -129,7 +129,7 @@ func (l *Log) commit() error {
 	l.mu.Unlock()
 
 	frame := l.encodeFrame(block, first, n)
-	seg, off, err := l.writeFrame(frame, first)
+	seg, off, err := l.writeFrame(frame, first, len(block)-frameHeaderSize)
 
 	l.mu.Lock()
 	l.spare = block[:0]
@@ -176,8 +176,10 @@ func (l *Log) encodeFrame(block []byte, first Position, n int) []byte {
 
 // writeFrame appends frame to the active segment, starting a new segment
 // first when it would not fit, and fsyncs. It returns the segment and the
-// frame's offset in it.
-func (l *Log) writeFrame(frame []byte, first Position) (*segment, int64, error) {
+// frame's offset in it. raw is the bytes of records the frame holds: Size
+// stops counting them as buffered as it counts the frame as written.
+func (l *Log) writeFrame(frame []byte, first Position, raw int) (*segment, int64, error) {
+	defer func() { l.buffered.Add(-int64(raw)) }() // on a failure before the write: lost with the log
 	seg := l.segsLast()
 	if l.written > segHeaderSize && l.written+int64(len(frame)) > l.opts.SegmentSize {
 		var err error
@@ -189,6 +191,8 @@ func (l *Log) writeFrame(frame []byte, first Position) (*segment, int64, error) 
 	n, err := l.active.WriteAt(frame, off)
 	l.written += int64(n)
 	l.size.Add(int64(n))
+	l.buffered.Add(-int64(raw))
+	raw = 0
 	if err != nil {
 		return nil, 0, errFailed("write", seg.name, err)
 	}

@@ -41,8 +41,9 @@ type Log struct {
 	done  chan struct{} // closed when the committer has exited
 	abort atomic.Bool   // Close's ctx expired: drop what is still buffered
 
-	durable atomic.Uint64 // one past the last durable record
-	size    atomic.Int64  // bytes in all segment files
+	durable  atomic.Uint64 // one past the last durable record
+	size     atomic.Int64  // bytes in all segment files
+	buffered atomic.Int64  // bytes of records appended, not written yet (Size counts them)
 
 	mu        sync.Mutex
 	pend      []byte        // the next block: frameHeaderSize reserved bytes, then records
@@ -177,8 +178,10 @@ func (l *Log) First() Position {
 	return l.segs[0].first
 }
 
-// Size returns the bytes in the log's segment files.
-func (l *Log) Size() int64 { return l.size.Load() }
+// Size returns the bytes of the log: in its segment files, and of the
+// records appended and not written yet (at their uncompressed size), so
+// that a disk cap checked against it holds however fast records come.
+func (l *Log) Size() int64 { return l.size.Load() + l.buffered.Load() }
 
 // Append adds a copy of rec to the log and returns its position without
 // waiting for it to be durable: watch OnDurable, Durable or WaitDurable for
@@ -219,6 +222,7 @@ func (l *Log) Append(ctx context.Context, rec []byte) (Position, error) {
 	}
 	l.pend = binary.AppendUvarint(l.pend, uint64(len(rec)))
 	l.pend = append(l.pend, rec...)
+	l.buffered.Add(int64(need))
 	pos := l.pendFirst + Position(l.pendCount)
 	l.pendCount++
 	if l.opts.Sync != SyncGroup || len(l.pend)-frameHeaderSize >= l.opts.GroupBytes {

@@ -477,3 +477,34 @@ func TestSteadyStateAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestSizeCountsBufferedRecords: Size counts a record from its Append, not
+// from its write, and once written counts it once: a disk cap checked
+// against Size before each append holds however fast records come (with
+// Size lagging by a commit, records arriving at a high rate passed a cap
+// by hundreds of kilobytes).
+func TestSizeCountsBufferedRecords(t *testing.T) {
+	o := ingestlog.Options{FS: memFS(), Sync: ingestlog.SyncGroup, GroupDelay: time.Hour, GroupBytes: 64 << 10}
+	l, _ := mustOpen(t, logDir, o)
+	defer mustClose(t, l)
+	empty := l.Size()
+	rec := make([]byte, 1000)
+	var last ingestlog.Position
+	for range 10 {
+		p, err := l.Append(context.Background(), rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = p
+	}
+	if got, want := l.Size()-empty, int64(10*(2+1000)); got != want {
+		t.Fatalf("10 buffered records of 1000 bytes: Size grew by %d, want %d", got, want)
+	}
+	if d := l.Durable(); d > last {
+		t.Fatalf("already durable (%d): the test needs them buffered", d)
+	}
+	appendAll(t, l, [][]byte{make([]byte, 70_000)}) // past GroupBytes: commits everything
+	if got, want := l.Size()-empty, int64(10*(2+1000)+3+70_000+32); got != want {
+		t.Fatalf("after the commit Size grew by %d, want %d (the records and one frame header)", got, want)
+	}
+}
