@@ -213,7 +213,7 @@ dead_letter: {file: {path: %s}}
 	key, _ := p.KeyFromStrings(map[string]string{"k": "evil"})
 	refusal, err := forgedBatches(conn, "evil", "poison-token-evil-0123456", []*runnelv1.Batch{
 		{EdgeId: "evil", Epoch: 1, FirstSeq: 1, LastSeq: 2,
-			Partials: []*runnelv1.Partial{{Seq: 1, Pipeline: "good", Key: key, WindowStart: 4102444800000, WindowEnd: 4102444801000, Version: 1, State: state}},
+			Partials:   []*runnelv1.Partial{{Seq: 1, Pipeline: "good", Key: key, WindowStart: 4102444800000, WindowEnd: 4102444801000, Version: 1, State: state}},
 			Watermarks: []*runnelv1.Watermark{{Pipeline: "good", WatermarkMs: math.MaxInt64}}},
 	})
 	if len(refusal) != 1 || refusal[0].Seq != 1 || !strings.Contains(refusal[0].Reason, "after the hub's clock") {
