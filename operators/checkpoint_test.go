@@ -127,21 +127,7 @@ func (m kvStore) DeletePrefix(p []byte) error {
 // equal the oracle's: nothing lost, nothing counted twice.
 func TestRecoveryFromBarrier(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		cfg := oracle.Config{
-			Kind:          oracle.Kind(rapid.IntRange(0, 2).Draw(rt, "kind")),
-			MaxOutOfOrder: rapid.SampledFrom([]int64{0, 5, 50}).Draw(rt, "ooo"),
-			Lateness:      rapid.SampledFrom([]int64{0, 10, 100}).Draw(rt, "lateness"),
-		}
-		switch cfg.Kind {
-		case oracle.Tumbling:
-			cfg.Size = rapid.SampledFrom([]int64{5, 60}).Draw(rt, "size")
-			cfg.Slide = cfg.Size
-		case oracle.Sliding:
-			cfg.Slide = rapid.SampledFrom([]int64{1, 5}).Draw(rt, "slide")
-			cfg.Size = cfg.Slide * rapid.Int64Range(1, 20).Draw(rt, "mult")
-		case oracle.Session:
-			cfg.Gap = rapid.SampledFrom([]int64{3, 10}).Draw(rt, "gap")
-		}
+		cfg := drawConfig(rt)
 		n := rapid.IntRange(1, 300).Draw(rt, "n")
 		events := make([]oracle.Event, n)
 		now := int64(1_700_000_000_000)
@@ -224,6 +210,26 @@ func TestRecoveryFromBarrier(t *testing.T) {
 			rt.Fatalf("%d late records, want %d", l, len(late))
 		}
 	})
+}
+
+// drawConfig draws a window and watermark setup for the recovery tests.
+func drawConfig(rt *rapid.T) oracle.Config {
+	cfg := oracle.Config{
+		Kind:          oracle.Kind(rapid.IntRange(0, 2).Draw(rt, "kind")),
+		MaxOutOfOrder: rapid.SampledFrom([]int64{0, 5, 50}).Draw(rt, "ooo"),
+		Lateness:      rapid.SampledFrom([]int64{0, 10, 100}).Draw(rt, "lateness"),
+	}
+	switch cfg.Kind {
+	case oracle.Tumbling:
+		cfg.Size = rapid.SampledFrom([]int64{5, 60}).Draw(rt, "size")
+		cfg.Slide = cfg.Size
+	case oracle.Sliding:
+		cfg.Slide = rapid.SampledFrom([]int64{1, 5}).Draw(rt, "slide")
+		cfg.Size = cfg.Slide * rapid.Int64Range(1, 20).Draw(rt, "mult")
+	case oracle.Session:
+		cfg.Gap = rapid.SampledFrom([]int64{3, 10}).Draw(rt, "gap")
+	}
+	return cfg
 }
 
 func firstDiff(a, b []summary) int {

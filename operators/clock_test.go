@@ -32,21 +32,7 @@ type step struct {
 // uninterrupted run: the idle advance replays exactly.
 func TestIdleAdvanceMatchesOracle(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		cfg := oracle.Config{
-			Kind:          oracle.Kind(rapid.IntRange(0, 2).Draw(rt, "kind")),
-			MaxOutOfOrder: rapid.SampledFrom([]int64{0, 5, 50}).Draw(rt, "ooo"),
-			Lateness:      rapid.SampledFrom([]int64{0, 10, 100}).Draw(rt, "lateness"),
-		}
-		switch cfg.Kind {
-		case oracle.Tumbling:
-			cfg.Size = rapid.SampledFrom([]int64{5, 60}).Draw(rt, "size")
-			cfg.Slide = cfg.Size
-		case oracle.Sliding:
-			cfg.Slide = rapid.SampledFrom([]int64{1, 5}).Draw(rt, "slide")
-			cfg.Size = cfg.Slide * rapid.Int64Range(1, 20).Draw(rt, "mult")
-		case oracle.Session:
-			cfg.Gap = rapid.SampledFrom([]int64{3, 10}).Draw(rt, "gap")
-		}
+		cfg := drawConfig(rt)
 		idle := rapid.SampledFrom([]int64{1, 20, 100}).Draw(rt, "idle")
 		yaml := strings.Replace(pipelineYAML(cfg), "event_time: {field: ts, unit: ms}", "event_time: {field: ts, unit: ms, max_future: 0}", 1)
 		yaml = strings.Replace(yaml, "watermark: {", fmt.Sprintf("watermark: {idle_timeout: %dms, ", idle), 1)
