@@ -20,7 +20,19 @@ const (
 	uplinkStall     = 2 * time.Minute  // entries unacked and no ack for this long: degraded
 	recentWindow    = time.Hour        // quarantines and side output drops this recent: degraded
 	epochWindow     = 10 * time.Minute // a new epoch this recent: degraded
+	epochFight      = 3                // this many new epochs within epochWindow: failing
 )
+
+// recentCount counts the times within d before now.
+func recentCount(ts []time.Time, now time.Time, d time.Duration) int {
+	n := 0
+	for _, t := range ts {
+		if now.Sub(t) < d {
+			n++
+		}
+	}
+	return n
+}
 
 // health returns the node's report at now.
 func (n *node) health(now time.Time) health.Report {
@@ -106,6 +118,9 @@ func (n *node) uplinkChecks(now time.Time, add func(string, health.Status, strin
 	switch {
 	case st.Refusal != "":
 		add("uplink", health.Failing, "%s", st.Refusal)
+	case recentCount(st.RecentNewEpochs, now, epochWindow) >= epochFight:
+		add("uplink", health.Failing, "%d new epochs in the last %v (now %d): the hub keeps fencing this edge; another edge probably runs with id %q — stop it",
+			recentCount(st.RecentNewEpochs, now, epochWindow), epochWindow, st.Epoch, n.cfg.EdgeID)
 	case !st.Connected && !st.Since.IsZero() && now.Sub(st.Since) > uplinkAwayAfter:
 		add("uplink", health.Degraded, "not connected to the hub since %s (%d entries waiting): %s",
 			st.Since.UTC().Format(time.RFC3339), unacked, st.LastError)

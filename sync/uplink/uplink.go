@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,8 +150,9 @@ type Stats struct {
 	LastQuarantine   string
 	LastQuarantineAt time.Time
 	LastNewEpochAt   time.Time
-	Refusal          string // the hub refuses this edge's epoch or whole batches; "" once a session gets acks
-	Limits           Limits // as the hub announced them (DefaultLimits before)
+	RecentNewEpochs  []time.Time // when the last few new epochs started (at most 8), oldest first
+	Refusal          string      // the hub refuses this edge's epoch or whole batches; "" once a session gets acks
+	Limits           Limits      // as the hub announced them (DefaultLimits before)
 }
 
 // Uplink sends an outbox to a hub. Run it once.
@@ -172,6 +174,7 @@ type Uplink struct {
 	lastQ    string
 	lastQAt  time.Time
 	epochAt  time.Time
+	epochs   []time.Time // the last few new epochs' times
 	refusal  string
 	limits   Limits
 	batchCap int // entries per batch after ResourceExhausted: halved down to 1; 0 = no cap
@@ -244,7 +247,7 @@ func (u *Uplink) Stats() Stats {
 		Batches: u.batches.Load(), Reconnects: u.reconnects.Load(), NewEpochs: u.newEpochs.Load(),
 		LastError: u.lastErr.Load().(string), Since: u.since,
 		Quarantined: u.quarantined.Load(), LastQuarantine: u.lastQ, LastQuarantineAt: u.lastQAt,
-		LastNewEpochAt: u.epochAt, Refusal: u.refusal, Limits: u.limits,
+		LastNewEpochAt: u.epochAt, RecentNewEpochs: slices.Clone(u.epochs), Refusal: u.refusal, Limits: u.limits,
 	}
 }
 
@@ -272,6 +275,7 @@ var (
 // returns nil then. It returns an error only if the outbox fails.
 func (u *Uplink) Run(ctx context.Context) error {
 	defer u.conn.Close()
+	u.setSince(time.Now()) // not connected, from now
 	delay := u.cfg.BackoffMin
 	for {
 		progressed, err := u.session(ctx)
@@ -570,6 +574,10 @@ func (u *Uplink) startEpoch(epoch uint64, why string) error {
 	u.newEpochs.Add(1)
 	u.mu.Lock()
 	u.epochAt = time.Now()
+	if len(u.epochs) == 8 {
+		u.epochs = append(u.epochs[:0], u.epochs[1:]...)
+	}
+	u.epochs = append(u.epochs, u.epochAt)
 	u.mu.Unlock()
 	return errNewEpoch
 }
