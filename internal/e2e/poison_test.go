@@ -201,6 +201,19 @@ dead_letter: {file: {path: %s}}
 	// Every good reading reaches the hub: results equal the oracle.
 	results := runnelv1.NewResultsClient(conn)
 	waitResults(t, results, "good", want["good"], hub)
+	// The hub kept e1's epoch, and e1 never had to start another.
+	edges, err := results.ListEdges(t.Context(), &runnelv1.ListEdgesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range edges.Edges {
+		if e.EdgeId == "e1" && e.Epoch != 1 {
+			t.Errorf("the hub holds epoch %d for e1 after a forged Hello, want 1", e.Epoch)
+		}
+	}
+	if v := scrape(edgeHTTP)["runnel_edge_uplink_new_epochs_total"]; v != 0 {
+		t.Errorf("e1 started %v new epochs", v)
+	}
 	before := allResults(t, results, "good")
 
 	// The forged watermark (and a partial of a window in 2100) from the
