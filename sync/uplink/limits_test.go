@@ -17,6 +17,9 @@ import (
 // the limits allow; everything else is applied once, in order.
 func TestLimitsQuarantineBeforeSending(t *testing.T) {
 	t.Run("edge=e1", func(t *testing.T) { testLimits(t, "e1") })
+	// The edge id is in every batch: an entry that fits a batch of a short
+	// id's may not fit one of a long id's.
+	t.Run("edge=long", func(t *testing.T) { testLimits(t, strings.Repeat("e", 300)) })
 }
 
 func testLimits(t *testing.T, edge string) {

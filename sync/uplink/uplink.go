@@ -598,7 +598,8 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int,
 	clear(b.wms)
 	var firstSeq, last uint64
 	n := 0
-	bytes := batchOverhead + len(edge)
+	base := batchOverhead + len(edge) // the batch without its partials
+	bytes := base
 	type span struct{ k0, k1, s0, s1 int }
 	var spans []span
 	var refused []Refused
@@ -615,7 +616,7 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int,
 			}
 		default:
 			size = partialOverhead + len(e.Pipeline) + len(e.Key) + len(e.State)
-			if why := lim.refuse(e, size); why != "" {
+			if why := lim.refuse(e, size, base); why != "" {
 				refused = append(refused, Refused{Seq: e.Seq, Reason: why})
 			}
 		}
@@ -674,14 +675,14 @@ const (
 )
 
 // refuse says why the hub would never take the partial e, whose encoded
-// size is at most size, or "".
-func (l Limits) refuse(e *Entry, size int) string {
+// size is at most size in a batch of at most base bytes without it, or "".
+func (l Limits) refuse(e *Entry, size, base int) string {
 	switch {
 	case len(e.Key) > l.MaxKeyBytes:
 		return fmt.Sprintf("key of %d bytes; the hub accepts at most %d", len(e.Key), l.MaxKeyBytes)
 	case len(e.State) > l.MaxStateBytes:
 		return fmt.Sprintf("aggregate state of %d bytes; the hub accepts at most %d", len(e.State), l.MaxStateBytes)
-	case size+batchOverhead > l.MaxBatchBytes:
+	case base+size > l.MaxBatchBytes:
 		return fmt.Sprintf("entry of about %d bytes, more than a batch the hub accepts (%d bytes)", size, l.MaxBatchBytes)
 	}
 	return ""
