@@ -135,3 +135,69 @@ func TestWholeBatchRefusalBacksOff(t *testing.T) {
 	checkDelivered(t, h, es, nil)
 	t.Logf("%d attempts in %v", n, window)
 }
+
+// TestResourceExhaustedHalvesBatches: the hub announces a batch limit
+// larger than its gRPC message limit. The uplink halves its batches until
+// they fit, quarantines each entry that alone is too large (and no other:
+// the batches before it are in flight when the hub's answer comes), and
+// delivers everything else. A slow hub answers a batch when the edge has
+// sent more: the edge must not take the first it sent for the one too
+// large.
+func TestResourceExhaustedHalvesBatches(t *testing.T) {
+	t.Run("hub=prompt", func(t *testing.T) { testResourceExhausted(t, 0) })
+	t.Run("hub=slow", func(t *testing.T) { testResourceExhausted(t, 2*time.Millisecond) })
+}
+
+func testResourceExhausted(t *testing.T, recvDelay time.Duration) {
+	h := newHub()
+	h.recvDelay = recvDelay
+	h.maxMsg = 1000
+	h.limits = &runnelv1.Limits{MaxBatchBytes: 1 << 20, MaxStateBytes: 1 << 20}
+	ob := uplinktest.New()
+	es := entries(200)
+	for i := range es {
+		if !es[i].Marker {
+			es[i].State = make([]byte, 150) // 7 to a batch are too many, 3 fit
+		}
+	}
+	bigs := map[uint64]bool{55: true, 131: true, 132: true, 177: true}
+	for seq := range bigs {
+		es[seq-1].State = make([]byte, 1500)
+	}
+	ob.Add(es...)
+	u, stop := start(t, serve(t, h), ob)
+	waitAcked(t, ob, uint64(len(es)))
+	stop()
+
+	checkDelivered(t, h, es, bigs)
+	q := ob.Quarantined()
+	if len(q) != len(bigs) {
+		t.Errorf("quarantined %v, want %v", q, bigs)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for seq := range bigs {
+		if !strings.Contains(q[seq], "a batch of this entry alone is larger than the hub accepts") {
+			t.Errorf("entry %d quarantined with reason %q", seq, q[seq])
+		}
+		if h.partials[seq] != 0 {
+			t.Errorf("the hub received entry %d, too large, %d times", seq, h.partials[seq])
+		}
+	}
+	for _, b := range h.batches {
+		if b.size > h.maxMsg || b.last-b.first+1 > 3 {
+			t.Errorf("batch %d-%d of %d bytes got through", b.first, b.last, b.size)
+		}
+	}
+	// Two streams end halving the batches (7 to 3 to 1), and each entry
+	// too large ends two: one where it follows other batches in flight,
+	// and one where it is the stream's first batch, sent alone; then the
+	// last stream, stopped.
+	if n, most := h.hellos, 2+2*len(bigs)+1; n > most {
+		t.Errorf("%d streams; want at most %d", n, most)
+	}
+	t.Logf("%d streams", h.hellos)
+	if st := u.Stats(); st.Quarantined != uint64(len(bigs)) || st.Reconnects == 0 {
+		t.Errorf("Stats: %d quarantined, %d reconnects", st.Quarantined, st.Reconnects)
+	}
+}

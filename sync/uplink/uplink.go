@@ -25,7 +25,11 @@
 // with a Refusal detail) has those entries quarantined with the hub's
 // reasons, and the rest is sent again at once. Quarantined entries keep their
 // sequence numbers and go as numbers only, like entries of pipelines without
-// a hub output, so the sequence stays whole. A refusal of a whole batch
+// a hub output, so the sequence stays whole. A ResourceExhausted (a message
+// over the hub's gRPC limit, from a hub that announced a larger one) halves
+// the entries per batch; once batches are single entries, each stream's
+// first batch goes alone until acked, so that an entry too large even alone
+// is known for sure, and quarantined. A refusal of a whole batch
 // (InvalidArgument without detail), or of the edge's epoch, is retried after
 // the back-off and reported (Stats.Refusal), since only an operator can fix
 // it.
@@ -396,18 +400,45 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 	// that is done: acked, or below the outbox's first entry (a new epoch
 	// starts wherever the outbox does). At most MaxUnacked sequence
 	// numbers are in flight past it. firstSent is the first sequence of
-	// the session's first batch, firstN its entries: what a refusal of
-	// that batch is about.
+	// the session's first batch, firstN its entries, sentN the batches
+	// sent.
 	from := acked + 1
 	floor := acked
 	var firstSent uint64
-	firstN := 0
+	firstN, sentN := 0, 0
 	var b batcher
-	ended := func(err error) (bool, error) { return progressed, u.refused(err, progressed, firstSent, firstN) }
+	onAck := func(a uint64) {
+		if a > acked {
+			acked, floor = a, max(floor, a)
+			if !progressed {
+				progressed = true
+				u.setRefusal("")
+			}
+			u.noteAck(a)
+		}
+	}
+	// ended takes the last ack the receiver got (it passes each on before
+	// it reports the end), then decides what the end means. A ResourceExhausted is surely about an entry only if that
+	// entry was the one in flight: the session's only batch, unacked. Any
+	// other batch in flight may be the one too large, applied by a hub
+	// that acks only at its commits.
+	ended := func(err error) (bool, error) {
+		select {
+		case a := <-ackCh:
+			onAck(a)
+		default:
+		}
+		alone := sentN == 1 && firstN == 1 && floor < firstSent
+		return progressed, u.refused(err, firstSent, alone)
+	}
 	for {
 		from = max(from, floor+1)
 		next, grew := u.ob.Committed()
-		if room := u.cfg.MaxUnacked - int(from-1-floor); from < next && room > 0 {
+		// Once batches are cut to one entry (ResourceExhausted), the
+		// session's first batch goes alone until it is acked: if it is
+		// the one too large, the hub's answer says so for sure.
+		probing := batchCap == 1 && sentN == 1 && floor < firstSent
+		if room := u.cfg.MaxUnacked - int(from-1-floor); from < next && room > 0 && !probing {
 			items := min(u.cfg.BatchEntries, room, lim.MaxBatchItems)
 			if batchCap > 0 {
 				items = min(items, batchCap)
@@ -439,6 +470,7 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 				recvDone <- rerr
 				return ended(rerr)
 			}
+			sentN++
 			u.batches.Add(1)
 			u.sent.Store(last)
 			from = last + 1
@@ -451,14 +483,7 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 			recvDone <- err // for the deferred wait
 			return ended(err)
 		case a := <-ackCh:
-			if a > acked {
-				acked, floor = a, max(floor, a)
-				if !progressed {
-					progressed = true
-					u.setRefusal("")
-				}
-				u.noteAck(a)
-			}
+			onAck(a)
 		case <-grew:
 		}
 	}
@@ -469,9 +494,10 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 // Any other InvalidArgument refuses the batch as a whole: reported, and
 // retried after the back-off. ResourceExhausted (a message over the hub's
 // limit, from a hub that announced none or a smaller one) halves the
-// entries per batch; once a batch is one entry, and it was the session's
-// first with nothing acked, that entry is the one too large: quarantined.
-func (u *Uplink) refused(err error, progressed bool, firstSent uint64, firstN int) error {
+// entries per batch; when the batch refused is surely the single entry
+// first (alone: the session's only batch, unacked), that entry is the one
+// too large: quarantined.
+func (u *Uplink) refused(err error, first uint64, alone bool) error {
 	st, _ := status.FromError(err)
 	switch st.Code() {
 	case codes.InvalidArgument:
@@ -493,14 +519,13 @@ func (u *Uplink) refused(err error, progressed bool, firstSent uint64, firstN in
 		return errQuarantined
 	case codes.ResourceExhausted:
 		u.mu.Lock()
-		one := u.batchCap == 1 || firstN == 1
 		if u.batchCap == 0 {
 			u.batchCap = u.cfg.BatchEntries
 		}
 		u.batchCap = max(1, u.batchCap/2)
 		u.mu.Unlock()
-		if one && !progressed && firstSent > 0 {
-			if qerr := u.quarantine([]Refused{{Seq: firstSent, Reason: "a batch of this entry alone is larger than the hub accepts: " + st.Message()}}); qerr != nil {
+		if alone {
+			if qerr := u.quarantine([]Refused{{Seq: first, Reason: "a batch of this entry alone is larger than the hub accepts: " + st.Message()}}); qerr != nil {
 				return qerr
 			}
 			return errQuarantined

@@ -52,6 +52,9 @@ type fakeHub struct {
 	refuseAll   bool // refuse every batch: InvalidArgument without detail
 	refuseHello bool // refuse every Hello: InvalidArgument
 	epochAhead  bool // answer every Hello with an epoch above the one it names
+	// recvDelay makes a slow hub: it waits this long before it reads each
+	// batch, so the edge has sent more by the time it answers one.
+	recvDelay time.Duration
 
 	hellos   int            // Hellos received
 	partials map[uint64]int // seq -> times received as a partial, applied or refused
@@ -109,6 +112,9 @@ func (h *fakeHub) Sync(s grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1
 			h.fails++
 			h.mu.Unlock()
 			return status.Error(codes.Unavailable, "injected")
+		}
+		if h.recvDelay > 0 {
+			time.Sleep(h.recvDelay)
 		}
 		m, err := s.Recv()
 		if err != nil {
