@@ -201,3 +201,47 @@ func testResourceExhausted(t *testing.T, recvDelay time.Duration) {
 		t.Errorf("Stats: %d quarantined, %d reconnects", st.Quarantined, st.Reconnects)
 	}
 }
+
+// TestRefusalOfNothingToQuarantine: a hub that names in its Refusal an
+// entry it was sent as a sequence number only (a marker, or an entry
+// quarantined before) is refusing the batch as a whole: the uplink
+// reports it and retries after the back-off, not at once in a loop, and
+// counts each entry it quarantines once.
+func TestRefusalOfNothingToQuarantine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		seq  uint64
+		want map[uint64]bool // quarantined
+	}{
+		{"partial", 5, map[uint64]bool{5: true}}, // quarantined, then named again
+		{"marker", 10, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHub()
+			h.refuseSeq = tc.seq
+			ob := uplinktest.New()
+			es := entries(40)
+			ob.Add(es...)
+			u, stop := startWith(t, serve(t, h), ob, countedBackoff)
+			defer stop()
+			waitFor(t, "a refusal", func() bool { return u.Stats().Refusal != "" })
+			if a := attempts(h, window); a < 2 || a > maxAttempts {
+				t.Errorf("%d attempts in %v, want 2..%d", a, window, maxAttempts)
+			}
+			st := u.Stats()
+			if w := fmt.Sprintf("the hub refuses batches for entries it was not sent as partials (1; entry %d: stuck): partials refused", tc.seq); st.Refusal != w {
+				t.Errorf("Stats.Refusal %q", st.Refusal)
+			}
+			if q := ob.Quarantined(); len(q) != len(tc.want) || st.Quarantined != uint64(len(tc.want)) {
+				t.Errorf("quarantined %v, Stats.Quarantined %d; want %v", q, st.Quarantined, tc.want)
+			}
+
+			h.set(func(h *fakeHub) { h.refuseSeq = 0 })
+			waitAcked(t, ob, uint64(len(es)))
+			if r := u.Stats().Refusal; r != "" {
+				t.Errorf("Stats.Refusal %q after acks", r)
+			}
+			checkDelivered(t, h, es, tc.want)
+		})
+	}
+}

@@ -492,7 +492,8 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 // refused decides what a stream's end means. A Refusal detail names
 // entries the hub will never take: they are quarantined (errQuarantined).
 // Any other InvalidArgument refuses the batch as a whole: reported, and
-// retried after the back-off. ResourceExhausted (a message over the hub's
+// retried after the back-off; so does a Refusal that names only entries
+// the hub was not sent as partials (quarantine would change nothing). ResourceExhausted (a message over the hub's
 // limit, from a hub that announced none or a smaller one) halves the
 // entries per batch; when the batch refused is surely the single entry
 // first (alone: the session's only batch, unacked), that entry is the one
@@ -502,15 +503,31 @@ func (u *Uplink) refused(err error, first uint64, alone bool) error {
 	switch st.Code() {
 	case codes.InvalidArgument:
 		var rs []Refused
+		var named []*runnelv1.RefusedEntry
 		for _, d := range st.Details() {
 			if r, ok := d.(*runnelv1.Refusal); ok {
 				for _, e := range r.Entries {
-					rs = append(rs, Refused{Seq: e.Seq, Reason: "hub: " + e.Reason})
+					named = append(named, e)
+					ok, rerr := u.sentAsPartial(e.Seq)
+					if rerr != nil {
+						return outboxError{rerr}
+					}
+					if ok {
+						rs = append(rs, Refused{Seq: e.Seq, Reason: "hub: " + e.Reason})
+					}
 				}
 			}
 		}
 		if len(rs) == 0 {
-			u.setRefusal("the hub refuses batches: " + st.Message())
+			// Naming only entries that go as sequence numbers (markers,
+			// entries quarantined before) or are gone, the hub refuses
+			// what quarantine cannot change: at once again would loop.
+			why := "the hub refuses batches: " + st.Message()
+			if len(named) > 0 {
+				why = fmt.Sprintf("the hub refuses batches for entries it was not sent as partials (%d; entry %d: %s): %s",
+					len(named), named[0].Seq, named[0].Reason, st.Message())
+			}
+			u.setRefusal(why)
 			return err
 		}
 		if qerr := u.quarantine(rs); qerr != nil {
@@ -532,6 +549,20 @@ func (u *Uplink) refused(err error, first uint64, alone bool) error {
 		}
 	}
 	return err
+}
+
+// sentAsPartial reports whether the outbox entry seq is one that goes to
+// the hub as a partial: there, not a marker, not Local.
+func (u *Uplink) sentAsPartial(seq uint64) (bool, error) {
+	ok := false
+	err := u.ob.Read(seq, func(e *Entry) bool {
+		ok = e.Seq == seq && !e.Local && !e.Marker
+		return false
+	})
+	if err != nil {
+		return false, fmt.Errorf("uplink: read entry %d: %w", seq, err)
+	}
+	return ok, nil
 }
 
 // quarantine sets rs aside through the outbox and notes it.

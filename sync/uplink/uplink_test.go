@@ -48,8 +48,12 @@ type fakeHub struct {
 	maxMsg int
 	// poison, when it returns a reason, refuses the batch holding the
 	// partial with InvalidArgument and a Refusal detail naming it.
-	poison      func(*runnelv1.Partial) string
-	refuseAll   bool // refuse every batch: InvalidArgument without detail
+	poison    func(*runnelv1.Partial) string
+	refuseAll bool // refuse every batch: InvalidArgument without detail
+	// refuseSeq > 0 refuses every batch whose range holds it with a
+	// Refusal naming it, whether it came as a partial or not (a hub gone
+	// wrong).
+	refuseSeq   uint64
 	refuseHello bool // refuse every Hello: InvalidArgument
 	epochAhead  bool // answer every Hello with an epoch above the one it names
 	// recvDelay makes a slow hub: it waits this long before it reads each
@@ -152,6 +156,9 @@ func (h *fakeHub) apply(m *runnelv1.SyncRequest) (*runnelv1.Ack, error) {
 				refused.Entries = append(refused.Entries, &runnelv1.RefusedEntry{Seq: p.Seq, Reason: why})
 			}
 		}
+	}
+	if h.refuseSeq >= b.FirstSeq && h.refuseSeq <= b.LastSeq {
+		refused.Entries = append(refused.Entries, &runnelv1.RefusedEntry{Seq: h.refuseSeq, Reason: "stuck"})
 	}
 	switch {
 	case h.refuseAll:
