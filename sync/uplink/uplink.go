@@ -25,7 +25,11 @@
 // with a Refusal detail) has those entries quarantined with the hub's
 // reasons, and the rest is sent again at once. Quarantined entries keep their
 // sequence numbers and go as numbers only, like entries of pipelines without
-// a hub output, so the sequence stays whole. A refusal of a whole batch
+// a hub output, so the sequence stays whole. A ResourceExhausted (a message
+// over the hub's gRPC limit, from a hub that announced a larger one) halves
+// the entries per batch; once batches are single entries, each stream's
+// first batch goes alone until acked, so that an entry too large even alone
+// is known for sure, and quarantined. A refusal of a whole batch
 // (InvalidArgument without detail), or of the edge's epoch, is retried after
 // the back-off and reported (Stats.Refusal), since only an operator can fix
 // it.
@@ -400,18 +404,45 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 	// that is done: acked, or below the outbox's first entry (a new epoch
 	// starts wherever the outbox does). At most MaxUnacked sequence
 	// numbers are in flight past it. firstSent is the first sequence of
-	// the session's first batch, firstN its entries: what a refusal of
-	// that batch is about.
+	// the session's first batch, firstN its entries, sentN the batches
+	// sent.
 	from := acked + 1
 	floor := acked
 	var firstSent uint64
-	firstN := 0
+	firstN, sentN := 0, 0
 	var b batcher
-	ended := func(err error) (bool, error) { return progressed, u.refused(err, progressed, firstSent, firstN) }
+	onAck := func(a uint64) {
+		if a > acked {
+			acked, floor = a, max(floor, a)
+			if !progressed {
+				progressed = true
+				u.setRefusal("")
+			}
+			u.noteAck(a)
+		}
+	}
+	// ended takes the last ack the receiver got (it passes each on before
+	// it reports the end), then decides what the end means. A ResourceExhausted is surely about an entry only if that
+	// entry was the one in flight: the session's only batch, unacked. Any
+	// other batch in flight may be the one too large, applied by a hub
+	// that acks only at its commits.
+	ended := func(err error) (bool, error) {
+		select {
+		case a := <-ackCh:
+			onAck(a)
+		default:
+		}
+		alone := sentN == 1 && firstN == 1 && floor < firstSent
+		return progressed, u.refused(err, firstSent, alone)
+	}
 	for {
 		from = max(from, floor+1)
 		next, grew := u.ob.Committed()
-		if room := u.cfg.MaxUnacked - int(from-1-floor); from < next && room > 0 {
+		// Once batches are cut to one entry (ResourceExhausted), the
+		// session's first batch goes alone until it is acked: if it is
+		// the one too large, the hub's answer says so for sure.
+		probing := batchCap == 1 && sentN == 1 && floor < firstSent
+		if room := u.cfg.MaxUnacked - int(from-1-floor); from < next && room > 0 && !probing {
 			items := min(u.cfg.BatchEntries, room, lim.MaxBatchItems)
 			if batchCap > 0 {
 				items = min(items, batchCap)
@@ -443,6 +474,7 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 				recvDone <- rerr
 				return ended(rerr)
 			}
+			sentN++
 			u.batches.Add(1)
 			u.sent.Store(last)
 			from = last + 1
@@ -455,14 +487,7 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 			recvDone <- err // for the deferred wait
 			return ended(err)
 		case a := <-ackCh:
-			if a > acked {
-				acked, floor = a, max(floor, a)
-				if !progressed {
-					progressed = true
-					u.setRefusal("")
-				}
-				u.noteAck(a)
-			}
+			onAck(a)
 		case <-grew:
 		}
 	}
@@ -471,24 +496,42 @@ func (u *Uplink) session(ctx context.Context) (progressed bool, err error) {
 // refused decides what a stream's end means. A Refusal detail names
 // entries the hub will never take: they are quarantined (errQuarantined).
 // Any other InvalidArgument refuses the batch as a whole: reported, and
-// retried after the back-off. ResourceExhausted (a message over the hub's
+// retried after the back-off; so does a Refusal that names only entries
+// the hub was not sent as partials (quarantine would change nothing). ResourceExhausted (a message over the hub's
 // limit, from a hub that announced none or a smaller one) halves the
-// entries per batch; once a batch is one entry, and it was the session's
-// first with nothing acked, that entry is the one too large: quarantined.
-func (u *Uplink) refused(err error, progressed bool, firstSent uint64, firstN int) error {
+// entries per batch; when the batch refused is surely the single entry
+// first (alone: the session's only batch, unacked), that entry is the one
+// too large: quarantined.
+func (u *Uplink) refused(err error, first uint64, alone bool) error {
 	st, _ := status.FromError(err)
 	switch st.Code() {
 	case codes.InvalidArgument:
 		var rs []Refused
+		var named []*runnelv1.RefusedEntry
 		for _, d := range st.Details() {
 			if r, ok := d.(*runnelv1.Refusal); ok {
 				for _, e := range r.Entries {
-					rs = append(rs, Refused{Seq: e.Seq, Reason: "hub: " + e.Reason})
+					named = append(named, e)
+					ok, rerr := u.sentAsPartial(e.Seq)
+					if rerr != nil {
+						return outboxError{rerr}
+					}
+					if ok {
+						rs = append(rs, Refused{Seq: e.Seq, Reason: "hub: " + e.Reason})
+					}
 				}
 			}
 		}
 		if len(rs) == 0 {
-			u.setRefusal("the hub refuses batches: " + st.Message())
+			// Naming only entries that go as sequence numbers (markers,
+			// entries quarantined before) or are gone, the hub refuses
+			// what quarantine cannot change: at once again would loop.
+			why := "the hub refuses batches: " + st.Message()
+			if len(named) > 0 {
+				why = fmt.Sprintf("the hub refuses batches for entries it was not sent as partials (%d; entry %d: %s): %s",
+					len(named), named[0].Seq, named[0].Reason, st.Message())
+			}
+			u.setRefusal(why)
 			return err
 		}
 		if qerr := u.quarantine(rs); qerr != nil {
@@ -497,20 +540,33 @@ func (u *Uplink) refused(err error, progressed bool, firstSent uint64, firstN in
 		return errQuarantined
 	case codes.ResourceExhausted:
 		u.mu.Lock()
-		one := u.batchCap == 1 || firstN == 1
 		if u.batchCap == 0 {
 			u.batchCap = u.cfg.BatchEntries
 		}
 		u.batchCap = max(1, u.batchCap/2)
 		u.mu.Unlock()
-		if one && !progressed && firstSent > 0 {
-			if qerr := u.quarantine([]Refused{{Seq: firstSent, Reason: "a batch of this entry alone is larger than the hub accepts: " + st.Message()}}); qerr != nil {
+		if alone {
+			if qerr := u.quarantine([]Refused{{Seq: first, Reason: "a batch of this entry alone is larger than the hub accepts: " + st.Message()}}); qerr != nil {
 				return qerr
 			}
 			return errQuarantined
 		}
 	}
 	return err
+}
+
+// sentAsPartial reports whether the outbox entry seq is one that goes to
+// the hub as a partial: there, not a marker, not Local.
+func (u *Uplink) sentAsPartial(seq uint64) (bool, error) {
+	ok := false
+	err := u.ob.Read(seq, func(e *Entry) bool {
+		ok = e.Seq == seq && !e.Local && !e.Marker
+		return false
+	})
+	if err != nil {
+		return false, fmt.Errorf("uplink: read entry %d: %w", seq, err)
+	}
+	return ok, nil
 }
 
 // quarantine sets rs aside through the outbox and notes it.
@@ -606,7 +662,8 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int,
 	clear(b.wms)
 	var firstSeq, last uint64
 	n := 0
-	bytes := batchOverhead + len(edge)
+	base := batchOverhead + len(edge) // the batch without its partials
+	bytes := base
 	type span struct{ k0, k1, s0, s1 int }
 	var spans []span
 	var refused []Refused
@@ -623,7 +680,7 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int,
 			}
 		default:
 			size = partialOverhead + len(e.Pipeline) + len(e.Key) + len(e.State)
-			if why := lim.refuse(e, size); why != "" {
+			if why := lim.refuse(e, size, base); why != "" {
 				refused = append(refused, Refused{Seq: e.Seq, Reason: why})
 			}
 		}
@@ -682,14 +739,14 @@ const (
 )
 
 // refuse says why the hub would never take the partial e, whose encoded
-// size is at most size, or "".
-func (l Limits) refuse(e *Entry, size int) string {
+// size is at most size in a batch of at most base bytes without it, or "".
+func (l Limits) refuse(e *Entry, size, base int) string {
 	switch {
 	case len(e.Key) > l.MaxKeyBytes:
 		return fmt.Sprintf("key of %d bytes; the hub accepts at most %d", len(e.Key), l.MaxKeyBytes)
 	case len(e.State) > l.MaxStateBytes:
 		return fmt.Sprintf("aggregate state of %d bytes; the hub accepts at most %d", len(e.State), l.MaxStateBytes)
-	case size+batchOverhead > l.MaxBatchBytes:
+	case base+size > l.MaxBatchBytes:
 		return fmt.Sprintf("entry of about %d bytes, more than a batch the hub accepts (%d bytes)", size, l.MaxBatchBytes)
 	}
 	return ""

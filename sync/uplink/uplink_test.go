@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/uplink"
@@ -28,7 +29,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeHub applies batches in order per (edge, epoch) and acks each one.
 // failEvery > 0 ends a stream with Unavailable after a random number of
-// batches up to it.
+// batches up to it. The other options make it refuse what a real hub
+// refuses; everything it receives is recorded for the tests to check.
 type fakeHub struct {
 	runnelv1.UnimplementedUplinkServer
 	mu        sync.Mutex
@@ -39,6 +41,41 @@ type fakeHub struct {
 	failEvery int
 	fails     int
 	fence     uint64 // refuse epochs below this
+
+	limits *runnelv1.Limits // announced in every Resume
+	// maxMsg > 0 is the server's MaxRecvMsgSize: gRPC ends a stream whose
+	// message is larger with ResourceExhausted.
+	maxMsg int
+	// poison, when it returns a reason, refuses the batch holding the
+	// partial with InvalidArgument and a Refusal detail naming it.
+	poison    func(*runnelv1.Partial) string
+	refuseAll bool // refuse every batch: InvalidArgument without detail
+	// refuseSeq > 0 refuses every batch whose range holds it with a
+	// Refusal naming it, whether it came as a partial or not (a hub gone
+	// wrong).
+	refuseSeq   uint64
+	refuseHello bool // refuse every Hello: InvalidArgument
+	epochAhead  bool // answer every Hello with an epoch above the one it names
+	// recvDelay makes a slow hub: it waits this long before it reads each
+	// batch, so the edge has sent more by the time it answers one.
+	recvDelay time.Duration
+
+	hellos   int            // Hellos received
+	partials map[uint64]int // seq -> times received as a partial, applied or refused
+	batches  []recvBatch    // every batch received, in order
+	applied  []uint64       // seqs of the partials applied, in order
+	refusals int            // batches refused
+}
+
+// recvBatch is what the hub received in one batch.
+type recvBatch struct {
+	first, last uint64
+	partials    int
+	size        int // proto.Size of the SyncRequest
+}
+
+func newHub() *fakeHub {
+	return &fakeHub{got: map[uint64]int{}, wm: map[string]int64{}, partials: map[uint64]int{}}
 }
 
 func (h *fakeHub) Sync(s grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1.SyncResponse]) error {
@@ -48,14 +85,23 @@ func (h *fakeHub) Sync(s grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1
 	}
 	hello := m.GetHello()
 	h.mu.Lock()
-	if hello.Epoch < h.fence {
+	h.hellos++
+	if h.partials == nil {
+		h.partials = map[uint64]int{}
+	}
+	switch {
+	case h.refuseHello:
+		h.mu.Unlock()
+		return status.Error(codes.InvalidArgument, "epoch refused")
+	case hello.Epoch < h.fence:
 		h.mu.Unlock()
 		return status.Error(codes.FailedPrecondition, "fenced")
-	}
-	if hello.Epoch > h.epoch {
+	case h.epochAhead:
+		h.epoch, h.acked = hello.Epoch+1, 0
+	case hello.Epoch > h.epoch:
 		h.epoch, h.acked = hello.Epoch, 0
 	}
-	resume := &runnelv1.Resume{Epoch: h.epoch, AckedSeq: h.acked}
+	resume := &runnelv1.Resume{Epoch: h.epoch, AckedSeq: h.acked, Limits: h.limits}
 	budget := 0
 	if h.failEvery > 0 {
 		budget = 1 + rand.IntN(h.failEvery)
@@ -71,31 +117,84 @@ func (h *fakeHub) Sync(s grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1
 			h.mu.Unlock()
 			return status.Error(codes.Unavailable, "injected")
 		}
+		if h.recvDelay > 0 {
+			time.Sleep(h.recvDelay)
+		}
 		m, err := s.Recv()
 		if err != nil {
 			return err
 		}
-		b := m.GetBatch()
-		h.mu.Lock()
-		if b.Epoch != h.epoch || b.FirstSeq > h.acked+1 && h.acked > 0 {
-			h.mu.Unlock()
-			return status.Errorf(codes.OutOfRange, "batch %d-%d after %d", b.FirstSeq, b.LastSeq, h.acked)
+		ack, err := h.apply(m)
+		if err != nil {
+			return err
 		}
-		for _, p := range b.Partials {
-			if p.Seq > h.acked {
-				h.got[p.Seq]++
-			}
-		}
-		for _, w := range b.Watermarks {
-			h.wm[w.Pipeline] = max(h.wm[w.Pipeline], w.WatermarkMs)
-		}
-		h.acked = max(h.acked, b.LastSeq)
-		ack := &runnelv1.Ack{Epoch: h.epoch, AckedSeq: h.acked}
-		h.mu.Unlock()
 		if err := s.Send(&runnelv1.SyncResponse{Msg: &runnelv1.SyncResponse_Ack{Ack: ack}}); err != nil {
 			return err
 		}
 	}
+}
+
+// apply records the batch m and applies it, or refuses all of it.
+func (h *fakeHub) apply(m *runnelv1.SyncRequest) (*runnelv1.Ack, error) {
+	b := m.GetBatch()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.batches = append(h.batches, recvBatch{b.FirstSeq, b.LastSeq, len(b.Partials), proto.Size(m)})
+	if b.Epoch != h.epoch || b.FirstSeq > h.acked+1 && h.acked > 0 {
+		return nil, status.Errorf(codes.OutOfRange, "batch %d-%d after %d", b.FirstSeq, b.LastSeq, h.acked)
+	}
+	var refused runnelv1.Refusal
+	prev := b.FirstSeq - 1
+	for _, p := range b.Partials {
+		h.partials[p.Seq]++
+		if p.Seq <= prev || p.Seq > b.LastSeq {
+			return nil, status.Errorf(codes.InvalidArgument, "partial %d out of order in batch %d-%d", p.Seq, b.FirstSeq, b.LastSeq)
+		}
+		prev = p.Seq
+		if h.poison != nil {
+			if why := h.poison(p); why != "" {
+				refused.Entries = append(refused.Entries, &runnelv1.RefusedEntry{Seq: p.Seq, Reason: why})
+			}
+		}
+	}
+	if h.refuseSeq >= b.FirstSeq && h.refuseSeq <= b.LastSeq {
+		refused.Entries = append(refused.Entries, &runnelv1.RefusedEntry{Seq: h.refuseSeq, Reason: "stuck"})
+	}
+	switch {
+	case h.refuseAll:
+		h.refusals++
+		return nil, status.Error(codes.InvalidArgument, "batches refused")
+	case len(refused.Entries) > 0:
+		h.refusals++
+		st, err := status.New(codes.InvalidArgument, "partials refused").WithDetails(&refused)
+		if err != nil {
+			return nil, err
+		}
+		return nil, st.Err()
+	}
+	for _, p := range b.Partials {
+		if p.Seq > h.acked {
+			h.got[p.Seq]++
+			h.applied = append(h.applied, p.Seq)
+		}
+	}
+	for _, w := range b.Watermarks {
+		h.wm[w.Pipeline] = max(h.wm[w.Pipeline], w.WatermarkMs)
+	}
+	h.acked = max(h.acked, b.LastSeq)
+	return &runnelv1.Ack{Epoch: h.epoch, AckedSeq: h.acked}, nil
+}
+
+func (h *fakeHub) set(fn func(h *fakeHub)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fn(h)
+}
+
+func (h *fakeHub) count(fn func(h *fakeHub) int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return fn(h)
 }
 
 func serve(t *testing.T, h *fakeHub) string {
@@ -104,7 +203,11 @@ func serve(t *testing.T, h *fakeHub) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if h.maxMsg > 0 {
+		opts = append(opts, grpc.MaxRecvMsgSize(h.maxMsg))
+	}
+	srv := grpc.NewServer(opts...)
 	runnelv1.RegisterUplinkServer(srv, h)
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
@@ -113,9 +216,20 @@ func serve(t *testing.T, h *fakeHub) string {
 
 func start(t *testing.T, addr string, ob uplink.Outbox) (*uplink.Uplink, func()) {
 	t.Helper()
-	u, err := uplink.New(uplink.Config{EdgeID: "e1", Hub: addr, Insecure: true, BatchEntries: 7, MaxUnacked: 50,
+	return startWith(t, addr, ob, nil)
+}
+
+// startWith runs an uplink of the tests' config, changed by fn, until
+// the returned stop; Run must return nil then.
+func startWith(t *testing.T, addr string, ob uplink.Outbox, fn func(*uplink.Config)) (*uplink.Uplink, func()) {
+	t.Helper()
+	cfg := uplink.Config{EdgeID: "e1", Hub: addr, Insecure: true, BatchEntries: 7, MaxUnacked: 50,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-		Logger: slog.New(slog.DiscardHandler)}, ob)
+		Logger: slog.New(slog.DiscardHandler)}
+	if fn != nil {
+		fn(&cfg)
+	}
+	u, err := uplink.New(cfg, ob)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,5 +369,45 @@ func TestOutboxStartingFarAhead(t *testing.T) {
 	}
 	if len(h.got) != n {
 		t.Fatalf("hub got %d partials, want %d", len(h.got), n)
+	}
+}
+
+// waitFor polls cond until it holds, for at most 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// checkDelivered fails unless the hub applied every partial of es once,
+// in order, except those of skip, which it must not have applied.
+func checkDelivered(t *testing.T, h *fakeHub, es []uplink.Entry, skip map[uint64]bool) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, e := range es {
+		seq := uint64(i + 1)
+		switch {
+		case e.Marker:
+			if h.got[seq] != 0 {
+				t.Errorf("marker %d applied as a partial", seq)
+			}
+		case skip[seq]:
+			if h.got[seq] != 0 {
+				t.Errorf("set-aside entry %d applied %d times", seq, h.got[seq])
+			}
+		case h.got[seq] != 1:
+			t.Errorf("entry %d applied %d times, want 1", seq, h.got[seq])
+		}
+	}
+	for i := 1; i < len(h.applied); i++ {
+		if h.applied[i] <= h.applied[i-1] {
+			t.Fatalf("applied %d after %d", h.applied[i], h.applied[i-1])
+		}
 	}
 }

@@ -111,7 +111,8 @@ func (o *Outbox) Ack(seq uint64) {
 	}
 }
 
-// Quarantine marks the entries Local and keeps their reasons.
+// Quarantine marks the entries Local and keeps their reasons; like the
+// edge's outbox, it skips markers, and entries gone or quarantined before.
 func (o *Outbox) Quarantine(rs []uplink.Refused) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -119,7 +120,7 @@ func (o *Outbox) Quarantine(rs []uplink.Refused) error {
 		o.quar = map[uint64]string{}
 	}
 	for _, r := range rs {
-		if r.Seq <= o.deleted || r.Seq > uint64(len(o.entries)) || o.quar[r.Seq] != "" {
+		if r.Seq <= o.deleted || r.Seq > uint64(len(o.entries)) || o.quar[r.Seq] != "" || o.entries[r.Seq-1].Marker {
 			continue
 		}
 		o.quar[r.Seq] = r.Reason
