@@ -549,6 +549,11 @@ func (u *Uplink) refused(err error, first uint64, alone bool) error {
 			if qerr := u.quarantine([]Refused{{Seq: first, Reason: "a batch of this entry alone is larger than the hub accepts: " + st.Message()}}); qerr != nil {
 				return qerr
 			}
+			// The entry too large is set aside: batches go back to their
+			// size (another such entry halves them again).
+			u.mu.Lock()
+			u.batchCap = 0
+			u.mu.Unlock()
 			return errQuarantined
 		}
 	}
