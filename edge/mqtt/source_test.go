@@ -438,7 +438,9 @@ func TestAckAfterConnectionLossIsNoop(t *testing.T) {
 // v3.1.1 has none and relies on the broker's max_inflight_messages.
 func TestBrokerRestart(t *testing.T) {
 	forEachProtocol(t, func(t *testing.T, proto Protocol) {
-		const bound, before, held, after = 8, 50, 30, 40
+		// held is well above what Mosquitto 2.0.11 overshoots by, so some
+		// always queue (with 30, all of them came through once under -race).
+		const bound, before, held, after = 8, 50, 300, 40
 		var m *testbroker.Mosquitto
 		switch proto {
 		case ProtocolV5:
