@@ -224,6 +224,9 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	n.acks.src = &n.status.src
 	n.started = time.Now()
 	n.pumpAt.Store(n.started.UnixMilli())
+	// A start counts as a message for the clock records: readings the log
+	// holds from before a crash still get their idle advance.
+	n.lastMessage.Store(n.started.UnixMilli())
 	n.uplinkAckAt.Store(n.started.UnixMilli())
 	// Operator state is kept in system buckets (opstate.go).
 	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, MmapBytes: mmapBytes})
