@@ -2,6 +2,7 @@ package edge
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/runnel-io/runnel/internal/health"
@@ -22,6 +23,26 @@ const (
 	epochWindow     = 10 * time.Minute // a new epoch this recent: degraded
 	epochFight      = 3                // this many new epochs within epochWindow: failing
 )
+
+// pumpSeen is where a health check last saw the pump's position, and
+// since when it has stood there: the pump does not read the clock per
+// record for the sake of health.
+type pumpSeen struct {
+	mu  sync.Mutex
+	pos uint64
+	at  time.Time
+}
+
+// note records pos seen at now and returns since when the pump has been
+// at it.
+func (p *pumpSeen) note(pos uint64, now time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pos != p.pos {
+		p.pos, p.at = pos, now
+	}
+	return p.at
+}
 
 // recentCount counts the times within d before now.
 func recentCount(ts []time.Time, now time.Time, d time.Duration) int {
@@ -46,12 +67,14 @@ func (n *node) health(now time.Time) health.Report {
 	}
 
 	// ingest: the pump reads what the MQTT handler made durable.
-	switch durable, read := uint64(n.log.Durable()), n.pumpPos.Load(); {
+	read := n.pumpPos.Load()
+	moved := n.pumpSeen.note(read, now)
+	switch durable := uint64(n.log.Durable()); {
 	case !n.status.pumpAlive.Load():
 		add("ingest", health.Failing, "the ingest pump is not running")
-	case durable > read && now.Sub(time.UnixMilli(n.pumpAt.Load())) > stallAfter:
+	case durable > read && now.Sub(moved) > stallAfter:
 		add("ingest", health.Failing, "ingestion stalled: %d records durable in the ingest log have not been processed since %s",
-			durable-read, time.UnixMilli(n.pumpAt.Load()).UTC().Format(time.RFC3339))
+			durable-read, moved.UTC().Format(time.RFC3339))
 	default:
 		add("ingest", health.OK, "")
 	}

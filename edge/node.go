@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -109,11 +108,13 @@ type node struct {
 	fed                    uint64        // pump only: messages fed to the pipelines (for the checkpoint's log line)
 	closing                chan struct{} // closed when the node starts to stop
 
-	// pumpPos is one past the last log record the pump fed, pumpAt when
-	// it moved (Unix ms); uplinkAckAt when the hub's ack last advanced.
-	pumpPos             atomic.Uint64
-	pumpAt, uplinkAckAt atomic.Int64
-	started             time.Time
+	// pumpPos is one past the last log record the pump fed; pumpSeen is
+	// where health last saw it move (health.go); uplinkAckAt is when the
+	// hub's ack last advanced (Unix ms).
+	pumpPos     atomic.Uint64
+	pumpSeen    pumpSeen
+	uplinkAckAt atomic.Int64
+	started     time.Time
 
 	parts chan ckptPart
 
@@ -223,7 +224,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		grew: make(chan struct{}), writeReqs: make(chan writeReq), writerDone: make(chan struct{})}
 	n.acks.src = &n.status.src
 	n.started = time.Now()
-	n.pumpAt.Store(n.started.UnixMilli())
+	n.pumpSeen.at = n.started
 	// A start counts as a message for the clock records: readings the log
 	// holds from before a crash still get their idle advance.
 	n.lastMessage.Store(n.started.UnixMilli())
@@ -273,7 +274,6 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	logOpts := cfg.IngestLog
 	logOpts.OnDurable = n.acks.durable
-	n.maxRecord = cmp.Or(logOpts.MaxRecordSize, ingestlog.DefaultMaxRecordSize)
 	for _, p := range cfg.Pipelines {
 		if h := p.IdleHorizon(); h > 0 {
 			n.idleHorizon = max(n.idleHorizon, h.Milliseconds()+clockEvery)
@@ -285,6 +285,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	n.log = l
+	n.maxRecord = l.MaxRecordSize()
 	if rec.TruncatedBytes > 0 {
 		lg.Warn("ingest log: cut a torn tail", "segment", rec.TruncatedSegment, "offset", rec.TruncatedOffset,
 			"bytes", rec.TruncatedBytes, "records", rec.TruncatedRecords, "reason", rec.TruncatedReason)
@@ -566,16 +567,10 @@ func (n *node) handle(m mqtt.Message, ack func()) {
 	n.acks.durable(n.log.Durable())
 }
 
+// recordLen is the length of the message record encodeRecord makes.
 func recordLen(topic string, payload []byte) int {
-	return uvarintLen(uint64(len(topic))) + len(topic) + len(payload)
-}
-
-func uvarintLen(x uint64) int {
-	n := 1
-	for ; x >= 0x80; x >>= 7 {
-		n++
-	}
-	return n
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], uint64(len(topic))) + len(topic) + len(payload)
 }
 
 // clockEvery is the spacing of clock records in the ingest log: event-time
@@ -687,7 +682,6 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 				return err
 			}
 			n.pumpPos.Store(uint64(pos) + 1)
-			n.pumpAt.Store(time.Now().UnixMilli())
 			next = pos + 1
 			select {
 			case <-tick.C:

@@ -165,6 +165,10 @@ func Open(ctx context.Context, dir string, opts *Options) (*Log, Recovery, error
 	return l, rec, nil
 }
 
+// MaxRecordSize is the longest record Append takes (Options.MaxRecordSize
+// with its default applied).
+func (l *Log) MaxRecordSize() int { return l.opts.MaxRecordSize }
+
 // Durable returns the durable end: every record with a position below it
 // has been written and fsynced (written, under SyncNever).
 func (l *Log) Durable() Position { return Position(l.durable.Load()) }
