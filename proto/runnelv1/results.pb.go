@@ -371,7 +371,10 @@ type QueryResultsRequest struct {
 	// limit caps the results (default 1000, max 10000).
 	Limit uint32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// page_token from a previous response continues after it.
-	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// revision picks the compatibility class of a managed pipeline that
+	// holds this revision (0: the class of the latest revision).
+	Revision      uint32 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +456,13 @@ func (x *QueryResultsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *QueryResultsRequest) GetRevision() uint32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type QueryResultsResponse struct {
@@ -571,7 +581,10 @@ type Result struct {
 	// edges: how many edges contributed.
 	Edges uint32 `protobuf:"varint,7,opt,name=edges,proto3" json:"edges,omitempty"`
 	// emitted_ms: hub wall time when this version became durable.
-	EmittedMs     int64 `protobuf:"varint,8,opt,name=emitted_ms,json=emittedMs,proto3" json:"emitted_ms,omitempty"`
+	EmittedMs int64 `protobuf:"varint,8,opt,name=emitted_ms,json=emittedMs,proto3" json:"emitted_ms,omitempty"`
+	// revisions: the pipeline revisions of the partials merged into it
+	// (empty: local pipelines, revision 0).
+	Revisions     []uint32 `protobuf:"varint,9,rep,packed,name=revisions,proto3" json:"revisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -662,6 +675,13 @@ func (x *Result) GetEmittedMs() int64 {
 	return 0
 }
 
+func (x *Result) GetRevisions() []uint32 {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
 var File_runnel_v1_results_proto protoreflect.FileDescriptor
 
 const file_runnel_v1_results_proto_rawDesc = "" +
@@ -693,7 +713,7 @@ const file_runnel_v1_results_proto_rawDesc = "" +
 	"\x04live\x18\x05 \x01(\bR\x04live\x124\n" +
 	"\n" +
 	"watermarks\x18\x06 \x03(\v2\x14.runnel.v1.WatermarkR\n" +
-	"watermarks\"\xaa\x02\n" +
+	"watermarks\"\xc6\x02\n" +
 	"\x13QueryResultsRequest\x12\x1a\n" +
 	"\bpipeline\x18\x01 \x01(\tR\bpipeline\x129\n" +
 	"\x03key\x18\x02 \x03(\v2'.runnel.v1.QueryResultsRequest.KeyEntryR\x03key\x12\x17\n" +
@@ -702,7 +722,8 @@ const file_runnel_v1_results_proto_rawDesc = "" +
 	"\fall_versions\x18\x05 \x01(\bR\vallVersions\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\rR\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\a \x01(\tR\tpageToken\x1a6\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\x12\x1a\n" +
+	"\brevision\x18\b \x01(\rR\brevision\x1a6\n" +
 	"\bKeyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
@@ -714,7 +735,7 @@ const file_runnel_v1_results_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x03(\v2$.runnel.v1.SubscribeRequest.KeyEntryR\x03key\x1a6\n" +
 	"\bKeyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x91\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x02\n" +
 	"\x06Result\x12\x1a\n" +
 	"\bpipeline\x18\x01 \x01(\tR\bpipeline\x12)\n" +
 	"\x03key\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x03key\x12!\n" +
@@ -725,7 +746,8 @@ const file_runnel_v1_results_proto_rawDesc = "" +
 	"\x06values\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06values\x12\x14\n" +
 	"\x05edges\x18\a \x01(\rR\x05edges\x12\x1d\n" +
 	"\n" +
-	"emitted_ms\x18\b \x01(\x03R\temittedMs2\xbd\x03\n" +
+	"emitted_ms\x18\b \x01(\x03R\temittedMs\x12\x1c\n" +
+	"\trevisions\x18\t \x03(\rR\trevisions2\xbd\x03\n" +
 	"\aResults\x12i\n" +
 	"\rListPipelines\x12\x1f.runnel.v1.ListPipelinesRequest\x1a .runnel.v1.ListPipelinesResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/pipelines\x12Y\n" +
 	"\tListEdges\x12\x1b.runnel.v1.ListEdgesRequest\x1a\x1c.runnel.v1.ListEdgesResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/edges\x12y\n" +

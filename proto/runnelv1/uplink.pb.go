@@ -601,7 +601,11 @@ type Partial struct {
 	WindowEnd   int64  `protobuf:"varint,5,opt,name=window_end,json=windowEnd,proto3" json:"window_end,omitempty"`
 	Version     uint32 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
 	// state: the aggregate set's binary encoding (window/aggregate).
-	State         []byte `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	State []byte `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	// revision of the pipeline that produced it; 0: a pipeline of the
+	// edge's local files (not managed by the hub's fleet API). The hub
+	// merges partials of one compatibility class only (docs/fleet.md).
+	Revision      uint32 `protobuf:"varint,8,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +687,13 @@ func (x *Partial) GetState() []byte {
 		return x.State
 	}
 	return nil
+}
+
+func (x *Partial) GetRevision() uint32 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type Watermark struct {
@@ -828,7 +839,7 @@ const file_runnel_v1_uplink_proto_rawDesc = "" +
 	"\bpartials\x18\x05 \x03(\v2\x12.runnel.v1.PartialR\bpartials\x124\n" +
 	"\n" +
 	"watermarks\x18\x06 \x03(\v2\x14.runnel.v1.WatermarkR\n" +
-	"watermarks\"\xbb\x01\n" +
+	"watermarks\"\xd7\x01\n" +
 	"\aPartial\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x10\n" +
@@ -837,7 +848,8 @@ const file_runnel_v1_uplink_proto_rawDesc = "" +
 	"\n" +
 	"window_end\x18\x05 \x01(\x03R\twindowEnd\x12\x18\n" +
 	"\aversion\x18\x06 \x01(\rR\aversion\x12\x14\n" +
-	"\x05state\x18\a \x01(\fR\x05state\"J\n" +
+	"\x05state\x18\a \x01(\fR\x05state\x12\x1a\n" +
+	"\brevision\x18\b \x01(\rR\brevision\"J\n" +
 	"\tWatermark\x12\x1a\n" +
 	"\bpipeline\x18\x01 \x01(\tR\bpipeline\x12!\n" +
 	"\fwatermark_ms\x18\x02 \x01(\x03R\vwatermarkMs\"8\n" +
