@@ -8,11 +8,12 @@ import (
 
 // FleetCore is what the server needs of the control plane; *fleet.Fleet
 // (hub/fleet) satisfies it. Calls take the caller's name (the API
-// token's, for the audit log) where they change something. Errors are
-// *fleet errors the server maps to gRPC codes: fleet.ErrNotFound →
-// NotFound, fleet.ErrInvalid → InvalidArgument (a *fleet.SpecError adds
-// a SpecProblems detail), fleet.ErrConflict → FailedPrecondition,
-// fleet.ErrExists → AlreadyExists. Every refusal changes nothing.
+// token's, for the audit log) where they change something. Errors wrap
+// those of hub/fleet/fleeterr, which the server maps to gRPC codes:
+// ErrNotFound → NotFound, ErrInvalid → InvalidArgument (a
+// *fleeterr.SpecError adds a SpecProblems detail), ErrConflict →
+// FailedPrecondition, ErrExists → AlreadyExists. Every refusal changes
+// nothing.
 type FleetCore interface {
 	ApplyPipeline(who string, req *runnelv1.ApplyPipelineRequest) (*runnelv1.ApplyPipelineResponse, error)
 	GetPipeline(name string) (*runnelv1.ManagedPipeline, error)
