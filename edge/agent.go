@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -11,7 +10,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/runnel-io/runnel/internal/health"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/uplink"
 	"github.com/runnel-io/runnel/window"
@@ -32,13 +34,15 @@ const DefaultStatusInterval = 10 * time.Second
 
 // agent is the node's side of the control stream.
 type agent struct {
-	mu         sync.Mutex
-	connected  bool
-	lastErr    string
-	generation uint64            // the last desired set applied or refused
-	applyErr   string            // why it was refused or partly failed
-	failed     map[string]string // pipeline -> error, of the desired set, not running
-	applying   *runnelv1.DesiredSet
+	mu          sync.Mutex
+	connected   bool
+	since       time.Time // when connected last changed (the node's start before)
+	unsupported bool      // the hub answered Unimplemented: it has no fleet API
+	lastErr     string
+	generation  uint64            // the last desired set applied or refused
+	applyErr    string            // why it was refused or partly failed
+	failed      map[string]string // pipeline -> error, of the desired set, not running
+	applying    *runnelv1.DesiredSet
 
 	// Counters at the last report, for the per-minute rates.
 	prevAt               time.Time
@@ -52,11 +56,17 @@ func (n *node) runAgent(ctx context.Context, u *uplink.Uplink) {
 	delay := lo
 	for {
 		progressed, err := n.agentSession(ctx, u.Conn())
+		unsupported := grpcstatus.Code(err) == codes.Unimplemented
 		n.agent.mu.Lock()
+		if n.agent.connected || n.agent.since.IsZero() {
+			n.agent.since = time.Now()
+		}
 		n.agent.connected = false
 		if err != nil {
 			n.agent.lastErr = err.Error()
 		}
+		first := unsupported && !n.agent.unsupported
+		n.agent.unsupported = unsupported
 		n.agent.mu.Unlock()
 		if ctx.Err() != nil {
 			return
@@ -64,8 +74,18 @@ func (n *node) runAgent(ctx context.Context, u *uplink.Uplink) {
 		if progressed {
 			delay = lo
 		}
+		if unsupported {
+			// An older hub, or one without a fleet store: ask again now
+			// and then, in case it is upgraded.
+			delay = hi
+		}
 		wait := time.Duration(rand.Int64N(int64(delay)) + 1)
-		n.lg.Warn("edge: control stream ended; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		switch {
+		case first:
+			n.lg.Info("edge: the hub has no fleet API; running local pipelines only", "err", err)
+		case !unsupported:
+			n.lg.Warn("edge: control stream ended; retrying", "err", err, "in", wait.Round(time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -88,6 +108,10 @@ func (n *node) agentSession(ctx context.Context, conn *grpc.ClientConn) (progres
 	reg := &runnelv1.Register{EdgeId: n.cfg.EdgeID, Labels: fc.Labels, Version: fc.Version,
 		Os: runtime.GOOS, Arch: runtime.GOARCH, Status: n.edgeStatus(time.Now())}
 	if err := stream.Send(&runnelv1.ControlRequest{Msg: &runnelv1.ControlRequest_Register{Register: reg}}); err != nil {
+		// The stream's status (Unimplemented, say) comes with Recv.
+		if _, rerr := stream.Recv(); rerr != nil {
+			err = rerr
+		}
 		return false, err
 	}
 	// One goroutine receives; a slow apply sees only the newest set.
@@ -114,7 +138,7 @@ func (n *node) agentSession(ctx context.Context, conn *grpc.ClientConn) (progres
 		<-recvErr
 	}()
 	n.agent.mu.Lock()
-	n.agent.connected, n.agent.lastErr = true, ""
+	n.agent.connected, n.agent.lastErr, n.agent.since = true, "", time.Now()
 	n.agent.mu.Unlock()
 	interval := cmpOr(fc.StatusInterval, DefaultStatusInterval)
 	tick := time.NewTicker(interval)
@@ -276,16 +300,24 @@ func (n *node) edgeStatus(now time.Time) *runnelv1.EdgeStatus {
 	return st
 }
 
-// agentHealth is the control stream's health check (health.go).
-func (n *node) agentHealth() (ok bool, detail string) {
+// controlAwayAfter: the control stream down this long is degraded.
+const controlAwayAfter = time.Minute
+
+// agentCheck is the "fleet" health check (health.go): failing while the
+// hub's last set was refused (the edge runs an older one), degraded while
+// the control stream has been down a minute.
+func (n *node) agentCheck(now time.Time, add func(string, health.Status, string, ...any)) {
 	a := &n.agent
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case a.applyErr != "":
-		return false, fmt.Sprintf("the hub's pipeline set (generation %d) was refused: %s", a.generation, a.applyErr)
-	case !a.connected:
-		return false, "control stream down: " + a.lastErr
+		add("fleet", health.Failing, "the hub's pipeline set (generation %d) failed; running what was applied before: %s", a.generation, a.applyErr)
+	case a.unsupported:
+		add("fleet", health.OK, "the hub has no fleet API: local pipelines only")
+	case !a.connected && now.Sub(a.since) > controlAwayAfter:
+		add("fleet", health.Degraded, "control stream to the hub down since %s: %s", a.since.UTC().Format(time.RFC3339), a.lastErr)
+	default:
+		add("fleet", health.OK, "")
 	}
-	return true, fmt.Sprintf("generation %d applied", a.generation)
 }

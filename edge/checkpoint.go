@@ -28,8 +28,8 @@ type ckptPart struct {
 	id    uint64
 	pos   ingestlog.Position // isPos: the pump's position at barrier id
 	isPos bool
-	fed   uint64 // isPos: messages the pump fed the pipelines since the node started
-	pipes int    // isPos: how many pipelines send a part of this checkpoint
+	fed   uint64       // isPos: messages the pump fed the pipelines since the node started
+	pipes int          // isPos: how many pipelines send a part of this checkpoint
 	fleet *fleetCommit // isPos: a reconfiguration commits with it (managed.go)
 	pipe  string
 	out   [][]byte // outbox entries, in emission order
@@ -163,9 +163,9 @@ func encodeWatermark(dst []byte, pipeline string, rev uint32, local bool, wm int
 // window result, or a marker of the pipeline's watermark at a checkpoint
 // (every window ending at or before it was emitted by then).
 type OutboxEntry struct {
-	Seq       uint64
-	Pipeline  string
-	Revision  uint32 // of a managed pipeline; 0: a local file's
+	Seq      uint64
+	Pipeline string
+	Revision uint32 // of a managed pipeline; 0: a local file's
 	// NotForHub: a managed pipeline's entry that does not go to the hub
 	// (its revision has no hub output). For a local pipeline (Revision
 	// 0) the running pipeline's outputs say.

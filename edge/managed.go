@@ -13,8 +13,8 @@ import (
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
-	"github.com/runnel-io/runnel/state"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
+	"github.com/runnel-io/runnel/state"
 )
 
 // Managed pipelines (docs/fleet.md, "The edge agent"). Besides the
