@@ -251,3 +251,68 @@ func waitFed(t *testing.T, n *node, want uint64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestManagedRefusals: a desired set that does not compile, names a
+// pipeline of a local file, or has a file output is refused with every
+// problem and changes nothing: the node runs what it ran, and the state
+// file keeps the set applied before.
+func TestManagedRefusals(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := filepath.Join(t.TempDir(), "data")
+	n, stop := managedNode(t, data, mosq.Addr())
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	good := desired(1, managedSpec)
+	n.applyDesired(context.Background(), good, func() error { return nil })
+	if ok := n.agentOK(); !ok {
+		t.Fatalf("a good set: apply error %q", n.agent.applyErr)
+	}
+	local, _ := operators.CompileYAML("local.yaml", []byte(strings.Replace(managedSpec, "name: counts", "name: local", 1)))
+	n.cfg.Pipelines = []*operators.Pipeline{local} // as if the node had a local file of that name
+	for _, c := range []struct {
+		name, spec string
+		want       []string
+	}{
+		{"bad spec", strings.Replace(managedSpec, "tumbling: 1s", "tumbling: -1s", 1) + "bogus: 1\n", []string{"counts@2:", "window", "bogus"}},
+		{"local name", strings.Replace(managedSpec, "name: counts", "name: local", 1), []string{"local.yaml is managed by the hub"}},
+		{"file output", managedSpec + "outputs: [{file: {path: /etc/passwd}}]\n", []string{"may not write files"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bad := desired(2, c.spec)
+			if strings.Contains(c.name, "local") {
+				bad.Pipelines[0].Name = "local"
+			}
+			n.applyDesired(context.Background(), bad, func() error { return nil })
+			n.agent.mu.Lock()
+			gen, why := n.agent.generation, n.agent.applyErr
+			n.agent.mu.Unlock()
+			if gen != 2 {
+				t.Errorf("generation %d, want 2 (refused sets are answered too)", gen)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(why, w) {
+					t.Errorf("apply error %q does not say %q", why, w)
+				}
+			}
+			if v := *n.pipeView.Load(); len(v) != 1 || v[0].def.rev != 1 || v[0].p.Name != "counts" {
+				t.Errorf("the node runs %d pipelines after a refusal, want counts@1", len(v))
+			}
+			if set, err := n.loadApplied(); err != nil || !sameSet(set, good) {
+				t.Errorf("stored set after a refusal: %v, %v", set, err)
+			}
+			st := n.edgeStatus(time.Now())
+			if st.GetApplyError() == "" || st.GetAppliedGeneration() != 2 {
+				t.Errorf("status after a refusal: %v", st)
+			}
+		})
+	}
+}
+
+func (n *node) agentOK() bool {
+	n.agent.mu.Lock()
+	defer n.agent.mu.Unlock()
+	return n.agent.applyErr == ""
+}
