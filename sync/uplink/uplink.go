@@ -29,7 +29,7 @@ type Entry struct {
 	Seq       uint64
 	Pipeline  string
 	Revision  uint32 // of the pipeline (0: a local pipeline)
-	Local     bool // not for the hub (the pipeline has no hub output): sent as a sequence number only
+	Local     bool   // not for the hub (the pipeline has no hub output): sent as a sequence number only
 	Marker    bool
 	Watermark int64 // Marker only
 

@@ -60,11 +60,11 @@ type fakeHub struct {
 	// batch, so the edge has sent more by the time it answers one.
 	recvDelay time.Duration
 
-	hellos   int            // Hellos received
-	partials map[uint64]int // seq -> times received as a partial, applied or refused
-	batches  []recvBatch    // every batch received, in order
-	applied  []uint64       // seqs of the partials applied, in order
-	refusals int            // batches refused
+	hellos   int               // Hellos received
+	partials map[uint64]int    // seq -> times received as a partial, applied or refused
+	batches  []recvBatch       // every batch received, in order
+	applied  []uint64          // seqs of the partials applied, in order
+	refusals int               // batches refused
 	revs     map[uint64]uint32 // seq -> the partial's revision, when not nil
 	wmRevs   map[string]int64  // "pipeline@revision" -> watermark, when not nil
 }
