@@ -547,4 +547,11 @@ func TestAuthenticateFails(t *testing.T) {
 	if n := ff.count("ListDeployments"); n != 1 {
 		t.Errorf("%d calls, want 1", n)
 	}
+	// A role the server does not know allows nothing.
+	ff.setErr("Authenticate", nil)
+	_, err = runnelv1.NewFleetClient(e.conn).ListDeployments(withToken(testCtx(t), "strange-secret1"), &runnelv1.ListDeploymentsRequest{})
+	wantCode(t, err, codes.PermissionDenied, "a token of role root")
+	if n := ff.count("ListDeployments"); n != 1 {
+		t.Errorf("%d calls, want 1", n)
+	}
 }
