@@ -43,8 +43,8 @@ type fakeConn struct {
 
 func newFakeFleet() *fakeFleet {
 	return &fakeFleet{
-		errs:    map[string]error{},
-		tokens:  map[string][2]string{"viewer-secret-1": {"vera", "viewer"}, "operator-secret": {"otto", "operator"}, "admin-secret-12": {"ada", "admin"},
+		errs: map[string]error{},
+		tokens: map[string][2]string{"viewer-secret-1": {"vera", "viewer"}, "operator-secret": {"otto", "operator"}, "admin-secret-12": {"ada", "admin"},
 			"strange-secret1": {"sam", "root"}},
 		conns:   map[string]*fakeConn{},
 		changed: make(chan struct{}),
