@@ -192,21 +192,13 @@ func (n *node) applyDesired(ctx context.Context, d *runnelv1.DesiredSet, sendSta
 		return
 	}
 	defs, problems := compileSet(d)
-	if err := conflictsWithLocal(n.cfg.Pipelines, defs); err != nil {
-		problems = append(problems, err)
-	}
+	problems = append(problems, conflictsWithLocal(n.cfg.Pipelines, defs)...)
 	if len(problems) > 0 {
 		msgs := make([]string, len(problems))
+		failed := map[string]string{}
 		for i, p := range problems {
 			msgs[i] = p.Error()
-		}
-		failed := map[string]string{}
-		for _, dp := range d.GetPipelines() {
-			for _, m := range msgs {
-				if strings.Contains(m, dp.GetName()) {
-					failed[dp.GetName()] = m
-				}
-			}
+			failed[p.name] = strings.TrimSpace(failed[p.name] + "\n" + msgs[i])
 		}
 		a.mu.Lock()
 		a.generation, a.applyErr, a.failed = d.GetGeneration(), strings.Join(msgs, "\n"), failed
@@ -261,25 +253,38 @@ func (n *node) edgeStatus(now time.Time) *runnelv1.EdgeStatus {
 			st.ApplyError = strings.Join(n.fleet.startProblems, "\n")
 		}
 	}
+	// One entry per pipeline: the revision running (0: none), and its
+	// state: running, applying (a switch is under way), or failed (the
+	// desired revision was refused; the revision shown still runs, if any).
 	var in, dead, late uint64
-	running := map[string]bool{}
+	byName := map[string]*runnelv1.PipelineStatus{}
 	for _, ps := range *n.pipeView.Load() {
 		s := ps.rt.Stats()
 		in, dead, late = in+s.In, dead+s.Dead, late+s.Late
-		ps1 := &runnelv1.PipelineStatus{Name: ps.p.Name, Revision: ps.def.rev, State: "running"}
+		e := &runnelv1.PipelineStatus{Name: ps.p.Name, Revision: ps.def.rev, State: "running"}
 		if wm := ps.rt.Watermark(); wm != window.MinTime {
-			ps1.WatermarkMs, ps1.WatermarkLagMs = wm, max(0, now.UnixMilli()-wm)
+			e.WatermarkMs, e.WatermarkLagMs = wm, max(0, now.UnixMilli()-wm)
 		}
-		st.Pipelines = append(st.Pipelines, ps1)
-		running[ps.p.Name] = true
+		st.Pipelines = append(st.Pipelines, e)
+		byName[e.Name] = e
+	}
+	entry := func(name string) *runnelv1.PipelineStatus {
+		if e := byName[name]; e != nil {
+			return e
+		}
+		e := &runnelv1.PipelineStatus{Name: name}
+		st.Pipelines = append(st.Pipelines, e)
+		byName[name] = e
+		return e
 	}
 	if a.applying != nil {
 		for _, dp := range a.applying.GetPipelines() {
-			st.Pipelines = append(st.Pipelines, &runnelv1.PipelineStatus{Name: dp.GetName(), Revision: dp.GetRevision(), State: "applying"})
+			entry(dp.GetName()).State = "applying"
 		}
 	}
 	for name, why := range a.failed {
-		st.Pipelines = append(st.Pipelines, &runnelv1.PipelineStatus{Name: name, State: "failed", Error: why})
+		e := entry(name)
+		e.State, e.Error = "failed", why
 	}
 	if next, acked := n.lastSeq.Load(), n.uplinkAck.Load(); next > acked+1 {
 		st.OutboxEntries = next - 1 - acked

@@ -76,7 +76,11 @@ func (n *node) pipeDefs() ([]pipeDef, error) {
 		n.lg.Error("edge: a managed pipeline of the applied set does not compile; it is not run", "err", pr)
 		n.fleet.startProblems = append(n.fleet.startProblems, pr.Error())
 	}
-	if err := conflictsWithLocal(n.cfg.Pipelines, managed); err != nil {
+	if errs := conflictsWithLocal(n.cfg.Pipelines, managed); len(errs) > 0 {
+		var err error
+		for _, e := range errs {
+			err = errors.Join(err, e.err)
+		}
 		return nil, err
 	}
 	n.fleet.applied.Store(set)
@@ -84,52 +88,64 @@ func (n *node) pipeDefs() ([]pipeDef, error) {
 }
 
 // conflictsWithLocal refuses a managed pipeline named like a local one.
-func conflictsWithLocal(local []*operators.Pipeline, managed []pipeDef) error {
-	var errs []error
+func conflictsWithLocal(local []*operators.Pipeline, managed []pipeDef) []setProblem {
+	var errs []setProblem
 	for _, d := range managed {
 		for _, p := range local {
 			if p.Name == d.p.Name {
-				errs = append(errs, fmt.Errorf("edge: pipeline %s of %s is managed by the hub (revision %d is deployed to this edge): remove the local file, or the pipeline from the hub's deployment",
-					p.Name, p.Spec.File, d.rev))
+				errs = append(errs, setProblem{p.Name, fmt.Errorf("edge: pipeline %s of %s is managed by the hub (revision %d is deployed to this edge): remove the local file, or the pipeline from the hub's deployment",
+					p.Name, p.Spec.File, d.rev)})
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
+// setProblem is why one pipeline of a desired set cannot run.
+type setProblem struct {
+	name string
+	err  error
+}
+
+func (p setProblem) Error() string { return p.err.Error() }
+
 // compileSet compiles every pipeline of a desired set. It returns the
-// ones that compile and an error per one that does not, naming it.
-func compileSet(set *runnelv1.DesiredSet) ([]pipeDef, []error) {
+// ones that compile and a problem per one that does not, naming it.
+func compileSet(set *runnelv1.DesiredSet) ([]pipeDef, []setProblem) {
 	var defs []pipeDef
-	var errs []error
+	var errs []setProblem
 	seen := map[string]bool{}
 	for _, dp := range set.GetPipelines() {
 		switch {
 		case dp.GetRevision() == 0:
-			errs = append(errs, fmt.Errorf("pipeline %s: revision 0", dp.GetName()))
+			errs = append(errs, problem(dp, fmt.Errorf("pipeline %s: revision 0", dp.GetName())))
 			continue
 		case seen[dp.GetName()]:
-			errs = append(errs, fmt.Errorf("pipeline %s: named twice", dp.GetName()))
+			errs = append(errs, problem(dp, fmt.Errorf("pipeline %s: named twice", dp.GetName())))
 			continue
 		}
 		seen[dp.GetName()] = true
 		file := fmt.Sprintf("%s@%d", dp.GetName(), dp.GetRevision())
 		p, err := operators.CompileYAML(file, []byte(dp.GetSpec()))
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, problem(dp, err))
 			continue
 		}
 		if p.Name != dp.GetName() {
-			errs = append(errs, fmt.Errorf("%s: the spec names pipeline %s", file, p.Name))
+			errs = append(errs, problem(dp, fmt.Errorf("%s: the spec names pipeline %s", file, p.Name)))
 			continue
 		}
 		if err := managedOutputs(file, p); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, problem(dp, err))
 			continue
 		}
 		defs = append(defs, pipeDef{p: p, rev: dp.GetRevision(), class: dp.GetCompatClass(), hash: dp.GetHash(), spec: dp.GetSpec()})
 	}
 	return defs, errs
+}
+
+func problem(dp *runnelv1.DesiredPipeline, err error) setProblem {
+	return setProblem{dp.GetName(), err}
 }
 
 // managedOutputs refuses outputs a pipeline from the hub may not have:
