@@ -60,7 +60,7 @@ func (w *world) settle() {
 	for more := true; more; {
 		more = false
 		for _, e := range w.edges {
-			if e.ch != nil && e.poll(w.t, w.h.Fleet) {
+			if !e.offline && e.ch != nil && e.poll(w.t, w.h.Fleet) {
 				more = true
 			}
 		}
@@ -72,7 +72,9 @@ func (w *world) settle() {
 func (w *world) reconnect() {
 	w.t.Helper()
 	for _, e := range w.edges {
-		e.connect(w.t, w.h.Fleet)
+		if !e.offline {
+			e.connect(w.t, w.h.Fleet)
+		}
 	}
 }
 
