@@ -21,7 +21,7 @@ aggregates:
 `
 
 const (
-	scenarioTicks  = 40
+	scenarioTicks  = 42
 	scenarioPoints = 3 // per tick: the action, the edges' reports, Evaluate
 )
 
@@ -112,6 +112,11 @@ func runScenario(t *testing.T, restartAt int, mode string) string {
 			rollout("prod", "pause") // refused: paused already
 		case 33:
 			rollout("prod", "resume")
+		case 37:
+			// A wider selector: edges of site c are targets of steps to
+			// come, with nothing of lab until then.
+			apply(&runnelv1.DeploymentSpec{Name: "lab", Selector: "site in (a,b,c)", Pipelines: []*runnelv1.PipelineRef{{Name: "humid", Revision: 1}},
+				Strategy: &runnelv1.Strategy{Staged: true, Canary: 1, Batch: 5, SoakMs: 60_000}})
 		}
 	}
 	point := 0
@@ -153,13 +158,13 @@ func runScenario(t *testing.T, restartAt int, mode string) string {
 // same state as a hub that never restarted.
 func TestRestartMidRollout(t *testing.T) {
 	want := runScenario(t, -1, "")
-	for _, s := range []string{"phase:\"failed\"", "rolled_back:true", "phase:\"aborted\"", "phase:\"succeeded\"", "j-2 runs humid@", "rollout.undo"} {
+	for _, s := range []string{"phase:\"failed\"", "rolled_back:true", "phase:\"aborted\"", "phase:\"succeeded\"", "j-2 runs humid@", "rollout.undo", "version:3 author:\"alice\" created_ms:1700000185000"} {
 		if !strings.Contains(want, s) {
 			t.Fatalf("the scenario does not reach %q:\n%s", s, want)
 		}
 	}
 	r := rand.New(rand.NewPCG(2024, 6))
-	points := []int{0, 1, 2, 8, scenarioTicks*scenarioPoints - 1}
+	points := []int{0, 1, 2, 8, 39 * scenarioPoints, scenarioTicks*scenarioPoints - 1}
 	for range 6 {
 		points = append(points, r.IntN(scenarioTicks*scenarioPoints))
 	}

@@ -175,3 +175,36 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestPutStatusKeepsNewer: a status write that lost a race to a newer one
+// (the periodic flush and Status writing the same edge) leaves the newer.
+func TestPutStatusKeepsNewer(t *testing.T) {
+	dir := t.TempDir()
+	db, err := bolt.Open(filepath.Join(dir, "x.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucket(bucketStatus); err != nil {
+			return err
+		}
+		for _, seq := range []uint64{5, 3, 7, 6} {
+			if err := putStatus(tx, "e", seq, encodeStatus(seq, int64(seq), nil)); err != nil {
+				return err
+			}
+		}
+		w := where{bucketStatus, []byte("e")}
+		p, err := unseal(w, tx.Bucket(bucketStatus).Get([]byte("e")))
+		if err != nil {
+			return err
+		}
+		if seq, _, _, _ := decodeStatus(w, p); seq != 7 {
+			t.Errorf("stored seq %d, want 7", seq)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
