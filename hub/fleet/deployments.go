@@ -388,7 +388,7 @@ func (f *Fleet) deploymentProto(d *deployment, v *version) *runnelv1.Deployment 
 		}
 		targeted++
 		if a, ok := e.rec.Assign[d.rec.Name]; ok && a.Version == v.rec.Num {
-			switch h, _ := f.verdict(e, a, v); h {
+			switch h, _ := f.verdict(e, a, v, false); h {
 			case healthy:
 				applied++
 			case broken:

@@ -436,7 +436,7 @@ func (f *Fleet) Close() error {
 	f.mu.Unlock()
 	close(f.stop)
 	<-f.done
-	f.writer.wait()
+	f.writer.close()
 	err := f.flushStatus(true)
 	if cerr := f.db.Close(); err == nil {
 		err = cerr
