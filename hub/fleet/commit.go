@@ -66,7 +66,7 @@ func (f *Fleet) commit(c *changes) error {
 	for e := range c.status {
 		p, err := f.statusPayload(e)
 		if err != nil {
-			return f.recover(err)
+			return f.reload(err)
 		}
 		statusPayloads[e] = p
 	}
@@ -163,7 +163,7 @@ func (f *Fleet) commit(c *changes) error {
 		return nil
 	})
 	if err != nil {
-		return f.recover(fmt.Errorf("fleet: store: %w", err))
+		return f.reload(fmt.Errorf("fleet: store: %w", err))
 	}
 	now := f.nowMs()
 	for e := range statusPayloads {
@@ -178,11 +178,11 @@ func (f *Fleet) commit(c *changes) error {
 	return nil
 }
 
-// recover reloads memory from the store after a failed commit, keeping
+// reload reloads memory from the store after a failed commit, keeping
 // what only memory holds (control streams, the latest statuses), and
 // returns err. When even the reload fails the Fleet refuses every call
 // from then on.
-func (f *Fleet) recover(err error) error {
+func (f *Fleet) reload(err error) error {
 	st, lerr := f.load()
 	if lerr != nil {
 		f.broken = fmt.Errorf("fleet: store unusable after a failed commit (%v): reload: %w", err, lerr)
@@ -324,6 +324,7 @@ func (f *Fleet) desiredPipeline(r ref) *runnelv1.DesiredPipeline {
 // writer adds no delay, a busy one one fsync for many edges.
 type statusWriter struct {
 	mu      sync.Mutex
+	closed  bool
 	pending map[string]queuedStatus
 	waiters []chan error
 	running bool
@@ -340,6 +341,10 @@ type queuedStatus struct {
 func (w *statusWriter) write(db *bolt.DB, id string, seq uint64, payload []byte) error {
 	done := make(chan error, 1)
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
 	if w.pending == nil {
 		w.pending = map[string]queuedStatus{}
 	}
@@ -385,5 +390,11 @@ func (w *statusWriter) lead(db *bolt.DB) {
 	}
 }
 
-// wait returns once no writer is running.
-func (w *statusWriter) wait() { w.idle.Wait() }
+// close refuses further writes and returns once the running writer, if
+// any, is done.
+func (w *statusWriter) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.idle.Wait()
+}

@@ -388,7 +388,7 @@ func (f *Fleet) deploymentProto(d *deployment, v *version) *runnelv1.Deployment 
 		}
 		targeted++
 		if a, ok := e.rec.Assign[d.rec.Name]; ok && a.Version == v.rec.Num {
-			switch h, _ := f.verdict(e, a, v); h {
+			switch h, _ := f.verdict(e, a, v, false); h {
 			case healthy:
 				applied++
 			case broken:
@@ -447,9 +447,10 @@ func (f *Fleet) Rollout(who, name, action string) (*runnelv1.Deployment, error) 
 		if v.ro.Phase != PhasePaused {
 			return nil, refuse(PhasePaused)
 		}
+		// The soak starts again: pause cleared healthy_since, and a
+		// paused rollout is not evaluated.
 		v.ro.Phase = PhaseProgressing
 		v.ro.StepStartedMs = now
-		v.ro.HealthySinceMs = 0
 		v.ro.Message = "resumed by " + who
 	case ActionAbort:
 		if v.ro.Phase != PhaseProgressing && v.ro.Phase != PhasePaused {

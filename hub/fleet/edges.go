@@ -96,7 +96,8 @@ func (f *Fleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Regist
 	now := f.nowMs()
 	c := newChanges()
 	e := f.edges[edgeID]
-	if e == nil {
+	isNew := e == nil
+	if isNew {
 		e = &edge{rec: edgeRecord{ID: edgeID, RegisteredMs: now}}
 		f.edges[edgeID] = e
 		i, _ := slices.BinarySearch(f.edgeIDs, edgeID)
@@ -120,7 +121,7 @@ func (f *Fleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Regist
 	e.statusSeq++
 	c.status[e] = struct{}{}
 	c.edges[e] = struct{}{}
-	f.relabelled(c, e)
+	f.relabelled(c, e, isNew)
 	if err := f.commit(c); err != nil {
 		return nil, err
 	}
@@ -326,7 +327,7 @@ func (f *Fleet) LabelEdge(who string, req *runnelv1.LabelEdgeRequest) (*runnelv1
 	c := newChanges()
 	e.rec.HubLabels = hub
 	c.edges[e] = struct{}{}
-	f.relabelled(c, e)
+	f.relabelled(c, e, false)
 	f.addAudit(c, who, "edge.label", "edge/"+e.rec.ID, before, labelText(hub))
 	if err := f.commit(c); err != nil {
 		return nil, err
@@ -334,12 +335,17 @@ func (f *Fleet) LabelEdge(who string, req *runnelv1.LabelEdgeRequest) (*runnelv1
 	return e.proto(), nil
 }
 
-// relabelled recomputes e's effective labels and its place in every
-// deployment: an edge the selector no longer picks loses the deployment's
-// pipelines; one it now picks is given a version by the joiner rule
-// (rollout.go, joinVersion).
-func (f *Fleet) relabelled(c *changes, e *edge) {
-	e.labels = effectiveLabels(e.rec.Labels, e.rec.HubLabels)
+// relabelled recomputes e's effective labels and, when they changed or
+// the edge is new, its place in every deployment: an edge the selector no
+// longer picks loses the deployment's pipelines; one it now picks is
+// given a version by the joiner rule (rollout.go, joinVersion). A
+// reconnect with the same labels changes nothing.
+func (f *Fleet) relabelled(c *changes, e *edge, isNew bool) {
+	labels := effectiveLabels(e.rec.Labels, e.rec.HubLabels)
+	if !isNew && maps.Equal(labels, e.labels) {
+		return
+	}
+	e.labels = labels
 	for _, dn := range f.depNames {
 		d := f.deps[dn]
 		v := d.current()

@@ -311,6 +311,9 @@ func loadDeployments(tx *bolt.Tx, st *state) error {
 			if err != nil {
 				return fmt.Errorf("fleet: store: record %s: %v: %w", w, err, ErrCorrupt)
 			}
+			if err := v2.check(); err != nil {
+				return fmt.Errorf("fleet: store: record %s: %v: %w", w, err, ErrCorrupt)
+			}
 			v2.sel = sel
 			v2.indexSteps()
 			d.versions = append(d.versions, v2)
@@ -342,8 +345,8 @@ func loadEdges(tx *bolt.Tx, st *state) error {
 		e.labels = effectiveLabels(e.rec.Labels, e.rec.HubLabels)
 		for dn, a := range e.rec.Assign {
 			d := st.deps[dn]
-			if d == nil || a.Version == 0 || int(a.Version) > len(d.versions) {
-				return fmt.Errorf("fleet: store: edge %q is given version %d of deployment %q, which does not exist: %w", e.rec.ID, a.Version, dn, ErrCorrupt)
+			if d == nil || a.Version == 0 || int(a.Version) > len(d.versions) || int(a.Prior) > len(d.versions) || int(a.By) > len(d.versions) {
+				return fmt.Errorf("fleet: store: edge %q is given version %d (by %d, prior %d) of deployment %q, which does not exist: %w", e.rec.ID, a.Version, a.By, a.Prior, dn, ErrCorrupt)
 			}
 			d.assigned[a.Version]++
 		}
@@ -369,6 +372,36 @@ func loadEdges(tx *bolt.Tx, st *state) error {
 	})
 	// ForEach visits keys in order: edgeIDs is sorted.
 	return err
+}
+
+// check checks what the rollout code relies on: targets sorted and
+// unique, step ends increasing up to the targets, a known phase and a
+// step within the plan.
+func (v *version) check() error {
+	for i := 1; i < len(v.rec.Targets); i++ {
+		if v.rec.Targets[i-1] >= v.rec.Targets[i] {
+			return fmt.Errorf("targets not sorted at %d", i)
+		}
+	}
+	prev := 0
+	for i, end := range v.rec.Ends {
+		if end <= prev || end > len(v.rec.Targets) {
+			return fmt.Errorf("step %d ends at %d, after %d of %d targets", i, end, prev, len(v.rec.Targets))
+		}
+		prev = end
+	}
+	if prev != len(v.rec.Targets) {
+		return fmt.Errorf("the steps cover %d of %d targets", prev, len(v.rec.Targets))
+	}
+	switch v.ro.Phase {
+	case PhaseProgressing, PhasePaused, PhaseSucceeded, PhaseFailed, PhaseAborted, PhaseSuperseded:
+	default:
+		return fmt.Errorf("rollout phase %q", v.ro.Phase)
+	}
+	if v.ro.Step < 0 || v.ro.Step > len(v.rec.Ends) {
+		return fmt.Errorf("rollout at step %d of %d", v.ro.Step, len(v.rec.Ends))
+	}
+	return nil
 }
 
 // indexSteps fills stepOf from the record.
@@ -403,7 +436,7 @@ func (f *Fleet) Close() error {
 	f.mu.Unlock()
 	close(f.stop)
 	<-f.done
-	f.writer.wait()
+	f.writer.close()
 	err := f.flushStatus(true)
 	if cerr := f.db.Close(); err == nil {
 		err = cerr

@@ -226,6 +226,8 @@ type simEdge struct {
 	failRun map[string]string
 	// deadRate is the fraction of records it dead-letters.
 	deadRate float64
+	// offline: not reachable; it does not poll and does not reconnect.
+	offline bool
 }
 
 func newSimEdge(id string, labels map[string]string) *simEdge {

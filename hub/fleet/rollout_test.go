@@ -60,7 +60,7 @@ func (w *world) settle() {
 	for more := true; more; {
 		more = false
 		for _, e := range w.edges {
-			if e.ch != nil && e.poll(w.t, w.h.Fleet) {
+			if !e.offline && e.ch != nil && e.poll(w.t, w.h.Fleet) {
 				more = true
 			}
 		}
@@ -72,7 +72,9 @@ func (w *world) settle() {
 func (w *world) reconnect() {
 	w.t.Helper()
 	for _, e := range w.edges {
-		e.connect(w.t, w.h.Fleet)
+		if !e.offline {
+			e.connect(w.t, w.h.Fleet)
+		}
 	}
 }
 
@@ -665,5 +667,33 @@ func TestDeploymentRefusals(t *testing.T) {
 	w.reconnect()
 	if after := snapshot(t, h.Fleet); after != before {
 		t.Errorf("refusals changed the store")
+	}
+}
+
+// TestGateWaitsForGeneration: a step whose change only removes a pipeline
+// is healthy once the edges applied the new set, not before: the gate
+// reads applied_generation, not only the revisions running.
+func TestGateWaitsForGeneration(t *testing.T) {
+	w := newWorld(t, 8, 100)
+	h := w.h
+	h.applyPipeline(tempsV1)
+	h.applyPipeline(humidV1)
+	both := []*runnelv1.PipelineRef{{Name: "temps"}, {Name: "humid"}}
+	h.applyDeployment(&runnelv1.DeploymentSpec{Name: "prod", Selector: prodSelector, Pipelines: both})
+	w.settle()
+	h.evaluate()
+	if d := h.deployment("prod"); d.Rollout.Phase != fleet.PhaseSucceeded {
+		t.Fatalf("v1: %v", d.Rollout)
+	}
+	h.applyDeployment(&runnelv1.DeploymentSpec{Name: "prod", Selector: prodSelector, Pipelines: tempsAt(0),
+		Strategy: &runnelv1.Strategy{Staged: true, Canary: 1, Batch: 1000}})
+	h.evaluate() // the canary still runs temps@1 (and humid): not applied yet
+	if d := h.deployment("prod"); d.Rollout.Step != 0 || d.Rollout.HealthySinceMs != 0 || d.Rollout.Applied != 0 {
+		t.Fatalf("healthy before the canary applied: %v", d.Rollout)
+	}
+	w.settle()
+	h.evaluate()
+	if d := h.deployment("prod"); d.Rollout.Step != 1 {
+		t.Fatalf("no step once applied: %v", d.Rollout)
 	}
 }
