@@ -39,6 +39,9 @@ func (f *Fleet) ApplyPipeline(who string, req *runnelv1.ApplyPipelineRequest) (*
 	if err != nil {
 		return nil, specError(file, err)
 	}
+	if probs := fileOutputs(file, compiled.Spec); len(probs) > 0 {
+		return nil, &SpecError{Problems: probs}
+	}
 	sum := sha256.Sum256([]byte(req.Spec))
 	hash := hex.EncodeToString(sum[:])
 
@@ -334,4 +337,23 @@ func (f *Fleet) DeletePipeline(who, name string) error {
 	c.dropPipes = append(c.dropPipes, pipelineRecord{Name: name, CreatedMs: p.rec.CreatedMs, UpdatedMs: now, Deleted: true, Last: p.latest().Num})
 	f.addAudit(c, who, "pipeline.delete", "pipeline/"+name, fmt.Sprintf("revision %d", p.latest().Num), "")
 	return f.commit(c)
+}
+
+// fileOutputs refuses the file outputs of a managed pipeline: the hub
+// would choose paths on every gateway's disk, and edges refuse them (edge
+// managed.go). Every one is listed at its position.
+func fileOutputs(file string, p *spec.Pipeline) []spec.Problem {
+	var probs []spec.Problem
+	add := func(field string, o *spec.Output) {
+		if o != nil && o.Kind == spec.OutputFile {
+			probs = append(probs, spec.Problem{File: file, Pos: p.Where(field), Field: field,
+				Msg: "a pipeline managed by the hub may not write files on the gateways; use mqtt, stdout or the hub"})
+		}
+	}
+	for i := range p.Outputs {
+		add(fmt.Sprintf("outputs[%d].file", i), &p.Outputs[i])
+	}
+	add("late_output.file", p.LateOutput)
+	add("dead_letter.file", p.DeadLetter)
+	return probs
 }

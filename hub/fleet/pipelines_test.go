@@ -226,3 +226,24 @@ func TestDeletePipeline(t *testing.T) {
 		t.Errorf("audit:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestApplyPipelineRefusesFileOutputs: a managed pipeline may not write
+// files on the gateways; each file output is a problem at its position,
+// and nothing is stored.
+func TestApplyPipelineRefusesFileOutputs(t *testing.T) {
+	f := newHarness(t, nil)
+	spec := tempsV1 + "outputs: [{hub: {}}, {file: {path: /tmp/x.jsonl}}]\ndead_letter: {file: {path: /tmp/dead.jsonl}}\n"
+	_, err := f.ApplyPipeline("op", &runnelv1.ApplyPipelineRequest{Spec: spec, File: "a.yaml"})
+	var se *fleeterr.SpecError
+	if !errors.As(err, &se) || len(se.Problems) != 2 {
+		t.Fatalf("ApplyPipeline = %v, want two problems", err)
+	}
+	for i, want := range []string{"outputs[1].file", "dead_letter.file"} {
+		if p := se.Problems[i]; p.Field != want || p.Pos.Line == 0 || p.File != "a.yaml" {
+			t.Errorf("problem %d = %+v, want field %s with a line", i, p, want)
+		}
+	}
+	if len(f.ListPipelines()) != 0 {
+		t.Error("a refused spec was stored")
+	}
+}
