@@ -53,6 +53,12 @@ func (h *Hub) Query(q Query) (rs []Result, next []byte, err error) {
 			pp, after = c, k
 		}
 	}
+	return h.queryPipe(pp, q, after)
+}
+
+// queryPipe is Query of pipe pp, continuing after results-bucket key
+// after (nil: from q.From).
+func (h *Hub) queryPipe(pp *pipe, q Query, after []byte) (rs []Result, next []byte, err error) {
 	managed := pp.class != 0
 	limit := q.Limit
 	if limit <= 0 {
