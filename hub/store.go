@@ -295,7 +295,7 @@ func parseResultValue(p []byte, managed bool, revs []uint32) (edges uint32, emit
 		return edges, emitted, nil, p, nil
 	}
 	n, w := binary.Uvarint(p)
-	if w <= 0 || n == 0 || n > uint64(len(p)-w)/4 {
+	if w <= 0 || w != uvarintLen(n) || n == 0 || n > uint64(len(p)-w)/4 {
 		return 0, 0, nil, nil, errors.New("bad revision count")
 	}
 	p = p[w:]
