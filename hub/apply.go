@@ -264,15 +264,15 @@ func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial)
 	if pt == nil {
 		w.parts = append(w.parts, part{edge: e.idx})
 		pt = &w.parts[len(w.parts)-1]
+		// A part in memory means the edge sent partials of pp (applied,
+		// or loaded from the store).
+		e.sent[pp.idx] = true
 	} else if !newer(epoch, p.Seq, pt.epoch, pt.seq) {
 		h.stats.PartialsDup++
 		return
 	}
 	pt.epoch, pt.seq, pt.version, pt.revision = epoch, p.Seq, p.Version, p.Revision
 	pt.state = append(pt.state[:0], p.State...)
-	if !e.sent[pp.idx] {
-		e.sent[pp.idx] = true
-	}
 	pt.dirty = true
 	if !w.dirty {
 		w.dirty = true

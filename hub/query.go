@@ -143,3 +143,14 @@ func parseCursor(c []byte) (class uint32, k []byte, err error) {
 	}
 	return binary.BigEndian.Uint32(c), c[4:], nil
 }
+
+// CursorClass returns the class whose results a Query cursor continues
+// (0: a local pipeline's), so that a caller can pick that class's spec
+// before the next Query; ok is false for bytes that cannot be a cursor.
+// Query checks the rest of the cursor.
+func CursorClass(after []byte) (class uint32, ok bool) {
+	if len(after) < 4 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(after), true
+}
