@@ -38,11 +38,11 @@
 // MaxFuture after the hub's clock; a state longer than MaxStateBytes, or
 // one that does not decode with the pipeline's aggregates (the edge runs
 // another spec); a pipeline name that is empty or longer than 255 bytes; a
-// partial of a pipeline the hub does not know once the edge's parking quota
-// is full (Unknown pipelines, below). Nothing of such a batch is applied.
-// The edge sets the named entries aside (its quarantine) and sends the
-// batch again without them, their sequence numbers skipped, and that one
-// applies. Refused batches and partials are counted (Status.BatchesRefused,
+// partial of a pipeline or revision the hub does not know once the edge's
+// parking quota is full (Unknown pipelines and revisions, below). Nothing
+// of such a batch is applied. The edge sets the named entries aside (its
+// quarantine) and sends the batch again without them, their sequence
+// numbers skipped, and that one applies. Refused batches and partials are counted (Status.BatchesRefused,
 // PartialsRefused), reported per edge while the last is within
 // IncidentWindow (Status.Refusals) and logged: an edge's first refusal,
 // then at most one line a minute, with the count of those in between. The

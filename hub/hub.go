@@ -63,7 +63,7 @@ type Config struct {
 	EdgeTimeout    time.Duration         // silent longer: stops holding the watermark back (default 1m)
 	Retention      time.Duration         // windows and results kept this long past min(hub watermark, hub clock) (default 7 days)
 	MaxFuture      time.Duration         // how far an edge's watermark or a window's start may lead the hub's clock (default 1h; package doc, Time)
-	ParkedQuota    int64                 // bytes of partials of unknown pipelines parked per edge (default 64 MiB; package doc, Unknown pipelines)
+	ParkedQuota    int64                 // bytes of partials of unknown pipelines parked per edge (default 64 MiB; package doc, Unknown pipelines and revisions)
 	Resident       time.Duration         // emitted windows ending more than this before the hub watermark leave memory; a late partial reloads one (default 1h; package doc, Memory)
 	CommitInterval time.Duration         // group commit period (default 20ms)
 	NoSync         bool                  // bbolt NoSync, for tests and benchmarks only
