@@ -94,6 +94,9 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 	now := h.cfg.Now()
 	cat := h.cat.Load()
 	minEnd, refused, unknown, err := h.validate(cat, b, now)
+	if testAfterValidate != nil {
+		testAfterValidate()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -227,6 +230,10 @@ func (e *edge) takeWatermark(i int, w int64) {
 		e.hasWM[i] = true
 	}
 }
+
+// testAfterValidate, when set by a test, runs between Apply's validation
+// and its taking h.mu: where a Define may land.
+var testAfterValidate func()
 
 // futureBound is the latest time (Unix ms) an edge's watermark or a
 // window's start may have at hub clock now: now + MaxFuture.

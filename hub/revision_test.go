@@ -742,3 +742,58 @@ func TestUpgradeFormat2(t *testing.T) {
 		t.Fatalf("class 1 results %+v %v", rs, err)
 	}
 }
+
+// TestDefineUnparksUnwritten: Define also applies the parked partials not
+// in the store yet: those of a commit that failed (its writeSet is kept
+// for the next) and those parked since the last commit. The commit after
+// it writes them and deletes them in one transaction.
+func TestDefineUnparksUnwritten(t *testing.T) {
+	revs := tempsRevisions(t)
+	th := newTestHub(t, nil)
+	set3 := revs[2].Pipeline.Aggregates
+	must(t, th.Apply(wm(batch("e", 1, 1, 1, rpartial(set3, 3, 1, "k1", 0, 1)), "temps", 2000)))
+	// As a commit that failed leaves it: prepared, not written.
+	th.commitMu.Lock()
+	th.Hub.mu.Lock()
+	th.prepare(&th.ws)
+	th.Hub.mu.Unlock()
+	th.commitMu.Unlock()
+	must(t, th.Apply(batch("e", 1, 2, 2, rpartial(set3, 3, 2, "k2", 0, 2))))
+	must(t, th.Define(revs[2]))
+	th.commit()
+	rs, _, err := th.Query(Query{Pipeline: "temps"})
+	if err != nil || len(rs) != 2 || string(rs[0].Key) != string(encKey("k1")) || string(rs[1].Key) != string(encKey("k2")) {
+		t.Fatalf("results %+v, %v; want k1 and k2", rs, err)
+	}
+	th.Hub.Close()
+	th.cfg = func(c *Config) { c.Revisions = revs[2:] }
+	th.open()
+	if st := th.Status(); st.PartialsUnparked != 0 || len(st.Parked) != 0 {
+		t.Fatalf("after a restart: %d unparked, parked %+v", st.PartialsUnparked, st.Parked)
+	}
+}
+
+// TestDefineDuringApply: a Define that lands between Apply's validation
+// and its applying (the partial was checked as one to park, state
+// unread) makes Apply check the batch again, with what is known now: the
+// partial's state, which does not decode with the revision's aggregates,
+// is refused rather than merged.
+func TestDefineDuringApply(t *testing.T) {
+	revs := tempsRevisions(t)
+	th := newTestHub(t, nil)
+	t.Cleanup(func() { testAfterValidate = nil })
+	testAfterValidate = func() {
+		testAfterValidate = nil
+		must(t, th.Define(revs[2]))
+	}
+	bad := rpartial(revs[0].Pipeline.Aggregates, 3, 1, "k", 0, 1) // revision 1's aggregates
+	err := th.Apply(wm(batch("e", 1, 1, 1, bad), "temps", 2000))
+	var re *RefusedError
+	if !errors.As(err, &re) || len(re.Entries) != 1 || !strings.Contains(re.Entries[0].Reason, "does not decode") {
+		t.Fatalf("Apply: %v, want the partial refused", err)
+	}
+	th.commit()
+	if st := th.Status(); st.Partials != 0 || len(st.Parked) != 0 || st.Results != 0 {
+		t.Fatalf("status %+v", st)
+	}
+}
