@@ -10,16 +10,28 @@ import (
 // TestApplyAllocs: applying a valid batch to windows that exist allocates
 // nothing (BenchmarkMerge measures the same at scale), whatever the checks
 // on the way: validation, the clock bound, the watermark.
+// Partials of managed revisions (two of one class, alternating) too.
 func TestApplyAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	th := newTestHub(t, nil)
+	for _, managed := range []bool{false, true} {
+		t.Run(fmt.Sprint("managed=", managed), func(t *testing.T) { testApplyAllocs(t, managed) })
+	}
+}
+
+func testApplyAllocs(t *testing.T, managed bool) {
+	revs := tempsRevisions(t)
+	th := newTestHub(t, func(c *Config) { c.Revisions = revs })
 	p := th.pipes[0]
 	now := th.nowMs()
 	b := &runnelv1.Batch{EdgeId: "e", Epoch: 1, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: now}}}
 	for k := range 100 {
-		b.Partials = append(b.Partials, partial(p, 0, fmt.Sprintf("k%d", k), now-60_000, 1, 2))
+		pt := partial(p, 0, fmt.Sprintf("k%d", k), now-60_000, 1, 2)
+		if managed {
+			pt.Revision = uint32(1 + k%2)
+		}
+		b.Partials = append(b.Partials, pt)
 	}
 	next := uint64(1)
 	apply := func() {

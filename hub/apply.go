@@ -73,12 +73,14 @@ func (h *Hub) edgeFor(id string, epoch uint64) *edge {
 	if e, ok := h.edgeIdx[id]; ok {
 		return h.edges[e]
 	}
+	n := len(h.cat.Load().pipes)
 	e := &edge{
 		id:    id,
 		idx:   int32(len(h.edges)),
 		epoch: epoch,
-		wm:    make([]int64, len(h.pipeList)),
-		hasWM: make([]bool, len(h.pipeList)),
+		wm:    make([]int64, n),
+		hasWM: make([]bool, n),
+		sent:  make([]bool, n),
 		dirty: true,
 	}
 	h.edges = append(h.edges, e)
@@ -90,11 +92,21 @@ func (h *Hub) edgeFor(id string, epoch uint64) *edge {
 // next group commit. See the package documentation for the rules.
 func (h *Hub) Apply(b *runnelv1.Batch) error {
 	now := h.cfg.Now()
-	minEnd, refused, unknown, err := h.validate(b, now)
+	cat := h.cat.Load()
+	minEnd, refused, unknown, err := h.validate(cat, b, now)
+	if testAfterValidate != nil {
+		testAfterValidate()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return ErrClosed
+	}
+	if c := h.cat.Load(); c != cat {
+		// Define made more known since: what is known decides what is
+		// checked, parked or applied, so check again with it.
+		cat = c
+		minEnd, refused, unknown, err = h.validate(cat, b, now)
 	}
 	if err != nil {
 		return h.refuse(now, b, nil, err)
@@ -123,13 +135,13 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 			b.EdgeId, b.Epoch, b.FirstSeq, applied+1, ErrGap)
 	}
 	if unknown {
-		refused = h.parkRefusals(b, parked, applied, refused)
+		refused = h.parkRefusals(cat, b, parked, applied, refused)
 	}
 	if refused != nil {
 		return h.refuse(now, b, refused, nil)
 	}
 	if minEnd < h.residentFrom {
-		if err := h.reloadEvicted(b, applied); err != nil {
+		if err := h.reloadEvicted(cat, b, applied); err != nil {
 			return err
 		}
 	}
@@ -142,48 +154,86 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 	e.lastSeen = now
 	e.dirty = true
 	nowMs := now.UnixMilli()
+	if len(b.Partials) > 0 && b.LastSeq <= applied {
+		h.stats.BatchesDup++
+		h.stats.PartialsDup += uint64(len(b.Partials))
+	} else {
+		h.stats.Batches++
+		var pp *pipe
+		var rev uint32 // of the partial pp was looked up for
+		for _, p := range b.Partials {
+			if p.Seq <= applied {
+				h.stats.PartialsDup++
+				continue
+			}
+			if pp == nil || pp.name != p.Pipeline || rev != p.Revision {
+				pp, rev = cat.pipeOf(p.Pipeline, p.Revision), p.Revision
+			}
+			if pp == nil {
+				h.park(nowMs, e, b.Epoch, p)
+				continue
+			}
+			h.applyPartial(pp, e, b.Epoch, p)
+		}
+		e.applied = max(applied, b.LastSeq)
+	}
+	// After the partials: a watermark applies to the classes the edge sent
+	// partials of, and the batch's may be the first.
+	h.applyWatermarks(cat, now, e, b.Watermarks)
+	return nil
+}
+
+// applyWatermarks takes an edge's watermarks, each for a pipeline name:
+// for its local pipeline, for each of its classes the edge sent partials
+// of or holds a watermark for, and for each revision of it the hub does
+// not know yet whose partials of the edge are parked. One for a name the
+// hub knows nothing of is parked as revision 0's. Caller holds h.mu.
+func (h *Hub) applyWatermarks(cat *catalog, now time.Time, e *edge, wms []*runnelv1.Watermark) {
+	if len(wms) == 0 {
+		return
+	}
+	nowMs := now.UnixMilli()
 	bound := h.futureBound(now)
-	for _, wm := range b.Watermarks {
+	for _, wm := range wms {
 		w := wm.WatermarkMs
 		if w > bound {
 			h.clamp(now, e.id, wm.Pipeline, w, bound)
 			w = bound
 		}
-		pp := h.pipes[wm.Pipeline]
-		if pp == nil {
-			h.parkWatermark(nowMs, e, wm.Pipeline, w)
-			continue
+		taken := false
+		n := cat.names[wm.Pipeline]
+		if n != nil {
+			if pp := n.local; pp != nil {
+				e.takeWatermark(pp.idx, w)
+				taken = true
+			}
+			for _, pp := range n.classes {
+				if i := pp.idx; e.sent[i] || e.hasWM[i] {
+					e.takeWatermark(i, w)
+					taken = true
+				}
+			}
 		}
-		if i := pp.idx; !e.hasWM[i] || w > e.wm[i] {
-			e.wm[i] = w
-			e.hasWM[i] = true
+		if len(h.parking.revsOf) > 0 && h.parkWatermarks(nowMs, e, wm.Pipeline, w) {
+			taken = true
+		}
+		if !taken && n == nil {
+			h.parkWatermark(nowMs, e, wm.Pipeline, 0, w)
 		}
 	}
-	if len(b.Partials) > 0 && b.LastSeq <= applied {
-		h.stats.BatchesDup++
-		h.stats.PartialsDup += uint64(len(b.Partials))
-		return nil
-	}
-	h.stats.Batches++
-
-	var pp *pipe
-	for _, p := range b.Partials {
-		if p.Seq <= applied {
-			h.stats.PartialsDup++
-			continue
-		}
-		if pp == nil || pp.p.Name != p.Pipeline {
-			pp = h.pipes[p.Pipeline]
-		}
-		if pp == nil {
-			h.park(nowMs, e, b.Epoch, p)
-			continue
-		}
-		h.applyPartial(pp, e, b.Epoch, p)
-	}
-	e.applied = max(applied, b.LastSeq)
-	return nil
 }
+
+// takeWatermark raises the edge's watermark of pipe i to w.
+func (e *edge) takeWatermark(i int, w int64) {
+	if !e.hasWM[i] || w > e.wm[i] {
+		e.wm[i] = w
+		e.hasWM[i] = true
+	}
+}
+
+// testAfterValidate, when set by a test, runs between Apply's validation
+// and its taking h.mu: where a Define may land.
+var testAfterValidate func()
 
 // futureBound is the latest time (Unix ms) an edge's watermark or a
 // window's start may have at hub clock now: now + MaxFuture.
@@ -221,11 +271,14 @@ func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial)
 	if pt == nil {
 		w.parts = append(w.parts, part{edge: e.idx})
 		pt = &w.parts[len(w.parts)-1]
+		// A part in memory means the edge sent partials of pp (applied,
+		// or loaded from the store).
+		e.sent[pp.idx] = true
 	} else if !newer(epoch, p.Seq, pt.epoch, pt.seq) {
 		h.stats.PartialsDup++
 		return
 	}
-	pt.epoch, pt.seq, pt.version = epoch, p.Seq, p.Version
+	pt.epoch, pt.seq, pt.version, pt.revision = epoch, p.Seq, p.Version, p.Revision
 	pt.state = append(pt.state[:0], p.State...)
 	pt.dirty = true
 	if !w.dirty {
@@ -244,7 +297,7 @@ func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial)
 // and whether b names a pipeline the hub does not know (its partials and
 // watermarks are parked). It allocates nothing for a batch without
 // problems.
-func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused []Refused, unknown bool, err error) {
+func (h *Hub) validate(cat *catalog, b *runnelv1.Batch, now time.Time) (minEnd int64, refused []Refused, unknown bool, err error) {
 	if b == nil {
 		return 0, nil, false, fmt.Errorf("hub: nil batch: %w", ErrBadBatch)
 	}
@@ -270,6 +323,7 @@ func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused 
 	bound := h.futureBound(now)
 	prev := b.FirstSeq - 1
 	var pp *pipe
+	var rev uint32 // of the partial pp was looked up for
 	var st *aggregate.State
 	defer func() {
 		if st != nil {
@@ -290,12 +344,12 @@ func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused 
 			return 0, nil, false, bad("partial %d: seq %d after last_seq", i, p.Seq)
 		}
 		prev = p.Seq
-		if pp == nil || pp.p.Name != p.Pipeline {
+		if pp == nil || pp.name != p.Pipeline || rev != p.Revision {
 			if st != nil {
 				pp.scratch.Put(st)
 				st = nil
 			}
-			if pp = h.pipes[p.Pipeline]; pp != nil {
+			if pp, rev = cat.pipeOf(p.Pipeline, p.Revision), p.Revision; pp != nil {
 				st = pp.scratch.Get().(*aggregate.State)
 			}
 		}
@@ -318,7 +372,7 @@ func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused 
 			refuse(p, "key given for pipeline %q, which has no key fields", p.Pipeline)
 		default:
 			if err := pp.set.Decode(st, p.State); err != nil {
-				refuse(p, "state does not decode with pipeline %q's aggregates (is the edge's spec another?): %v", p.Pipeline, err)
+				refuse(p, "state does not decode with the aggregates of pipeline %q revision %d (is the edge's spec another?): %v", p.Pipeline, p.Revision, err)
 				continue
 			}
 			minEnd = min(minEnd, p.WindowEnd)
@@ -328,7 +382,7 @@ func (h *Hub) validate(b *runnelv1.Batch, now time.Time) (minEnd int64, refused 
 		if wm == nil {
 			return 0, nil, false, bad("nil watermark")
 		}
-		if h.pipes[wm.Pipeline] == nil {
+		if cat.names[wm.Pipeline] == nil {
 			if wm.Pipeline == "" || len(wm.Pipeline) > maxPipeLen {
 				return 0, nil, false, bad("watermark for a pipeline name of %d bytes, want 1..%d", len(wm.Pipeline), maxPipeLen)
 			}

@@ -80,6 +80,9 @@ type ackTo struct {
 }
 
 type writeSet struct {
+	// cat is the catalog the ops were prepared with: the pipes they name
+	// by index (Define only adds pipes, under commitMu).
+	cat     *catalog
 	buf     []byte
 	ops     []op
 	acks    []ackTo
@@ -168,12 +171,12 @@ func (h *Hub) commitLocked() error {
 	}
 	for i, x := range ws.expired {
 		if x.ran {
-			pp := h.pipeList[i]
+			pp := ws.cat.pipes[i]
 			pp.storedFrom = x.storedFrom
 			pp.results -= x.results
 		}
 	}
-	for _, pp := range h.pipeList {
+	for _, pp := range h.cat.Load().pipes {
 		h.evict(pp)
 	}
 	if ws.swept.ran {
@@ -195,7 +198,9 @@ func (h *Hub) commitLocked() error {
 // prepare adds everything that changed to ws. Caller holds h.mu.
 func (h *Hub) prepare(ws *writeSet) {
 	now := h.cfg.Now()
-	for _, pp := range h.pipeList {
+	ws.cat = h.cat.Load()
+	pipes := ws.cat.pipes
+	for _, pp := range pipes {
 		h.advanceWatermark(pp, now)
 	}
 
@@ -211,7 +216,7 @@ func (h *Hub) prepare(ws *writeSet) {
 			e := h.edges[pt.edge]
 			ws.scratch = h.partialKey(ws.scratch[:0], w, tagPartial, e.id)
 			k := len(ws.scratch)
-			ws.scratch = appendPartialValue(ws.scratch, pt.epoch, pt.seq, pt.version, pt.state)
+			ws.scratch = appendPartialValue(ws.scratch, pt.epoch, pt.seq, pt.version, w.pipe.class != 0, pt.revision, pt.state)
 			ws.addRecord(opPutPartial, w.kg, 0, ws.scratch[:k], ws.scratch[k:])
 		}
 		w.pipe.storedFrom = min(w.pipe.storedFrom, w.end)
@@ -220,7 +225,7 @@ func (h *Hub) prepare(ws *writeSet) {
 	h.dirty = h.dirty[:0]
 
 	emitted := now.UnixMilli()
-	for _, pp := range h.pipeList {
+	for _, pp := range pipes {
 		if !pp.hasWM {
 			continue
 		}
@@ -246,22 +251,22 @@ func (h *Hub) prepare(ws *writeSet) {
 		}
 		e.dirty = false
 		rec := edgeRecord{epoch: e.epoch, acked: e.applied, lastSeen: e.lastSeen.UnixNano()}
-		for i, pp := range h.pipeList {
+		for i, pp := range pipes {
 			if e.hasWM[i] {
-				rec.watermarks = append(rec.watermarks, pipelineWatermark{pp.p.Name, e.wm[i]})
+				rec.watermarks = append(rec.watermarks, pipelineWatermark{pp.store, e.wm[i]})
 			}
 		}
 		ws.scratch = appendEdgeValue(ws.scratch[:0], &rec)
 		ws.addRecord(opPutEdge, 0, 0, []byte(e.id), ws.scratch)
 		ws.acks = append(ws.acks, ackTo{e: e, epoch: e.epoch, seq: e.applied})
 	}
-	for _, pp := range h.pipeList {
+	for _, pp := range pipes {
 		if !pp.dirty {
 			continue
 		}
 		pp.dirty = false
 		ws.scratch = appendPipelineValue(ws.scratch[:0], pp.hasWM, pp.wm, pp.results)
-		ws.addRecord(opPutPipeline, 0, int32(pp.idx), []byte(pp.p.Name), ws.scratch)
+		ws.addRecord(opPutPipeline, 0, int32(pp.idx), []byte(pp.store), ws.scratch)
 	}
 }
 
@@ -315,11 +320,22 @@ func (h *Hub) live(e *edge, now time.Time) bool {
 func (h *Hub) emit(ws *writeSet, pp *pipe, w *window, emitted int64) {
 	w.pending = false
 	pp.set.Reset(pp.merged)
+	managed := pp.class != 0
+	pp.revs = pp.revs[:0]
 	for i := range w.parts {
 		if err := pp.set.MergeEncoded(pp.merged, w.parts[i].state); err != nil {
 			// Validated on the way in, or checked when restored.
 			panic(fmt.Sprintf("hub: merge of a validated partial: %v", err))
 		}
+		if managed {
+			if j, found := slices.BinarySearch(pp.revs, w.parts[i].revision); !found {
+				pp.revs = slices.Insert(pp.revs, j, w.parts[i].revision)
+			}
+		}
+	}
+	var revs []uint32
+	if managed {
+		revs = slices.Clone(pp.revs)
 	}
 	w.version++
 	pp.results++
@@ -332,20 +348,22 @@ func (h *Hub) emit(ws *writeSet, pp *pipe, w *window, emitted int64) {
 
 	ws.scratch = appendResultKey(ws.scratch[:0], w.start, w.end, w.key, w.version)
 	k := len(ws.scratch)
-	ws.scratch = appendResultValue(ws.scratch, uint32(len(w.parts)), emitted, nil)
+	ws.scratch = appendResultValue(ws.scratch, uint32(len(w.parts)), emitted, managed, revs, nil)
 	s := len(ws.scratch)
 	ws.scratch = pp.set.AppendEncode(ws.scratch, pp.merged)
 	ws.addRecord(opPutResult, 0, int32(pp.idx), ws.scratch[:k], ws.scratch[k:])
 
 	ws.results = append(ws.results, Result{
-		Pipeline: pp.p.Name,
-		Key:      w.key,
-		Start:    w.start,
-		End:      w.end,
-		Version:  w.version,
-		State:    bytes.Clone(ws.scratch[s:]),
-		Edges:    uint32(len(w.parts)),
-		Emitted:  emitted,
+		Pipeline:  pp.name,
+		Key:       w.key,
+		Start:     w.start,
+		End:       w.end,
+		Version:   w.version,
+		State:     bytes.Clone(ws.scratch[s:]),
+		Edges:     uint32(len(w.parts)),
+		Emitted:   emitted,
+		Class:     pp.class,
+		Revisions: revs,
 	})
 }
 
@@ -383,7 +401,7 @@ func (h *Hub) expiryBound(pp *pipe, now time.Time) int64 {
 // partialKey appends the partials-bucket key of w's window record (tag
 // tagWindow) or of edge's partial (tagPartial).
 func (h *Hub) partialKey(dst []byte, w *window, tag byte, edgeID string) []byte {
-	dst = appendWindowPrefix(dst, w.pipe.p.Name, w.start, w.end, w.key)
+	dst = appendWindowPrefix(dst, w.pipe.store, w.start, w.end, w.key)
 	dst = append(dst, tag)
 	return append(dst, edgeID...)
 }
@@ -393,7 +411,7 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 	partials := tx.Bucket(bucketPartials)
 	results := tx.Bucket(bucketResults)
 	edges := tx.Bucket(bucketEdges)
-	pipes := tx.Bucket(bucketPipelines)
+	pipeRecs := tx.Bucket(bucketPipelines)
 	parked := tx.Bucket(bucketParked)
 	kgs := make([]*bolt.Bucket, h.keyGroups)
 	kgBucketOf := func(kg uint32) (*bolt.Bucket, error) {
@@ -406,10 +424,11 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 		}
 		return kgs[kg], nil
 	}
-	res := make([]*bolt.Bucket, len(h.pipeList))
+	pipes := ws.cat.pipes
+	res := make([]*bolt.Bucket, len(pipes))
 	resultsOf := func(i int32) (*bolt.Bucket, error) {
 		if res[i] == nil {
-			b, err := results.CreateBucketIfNotExists([]byte(h.pipeList[i].p.Name))
+			b, err := results.CreateBucketIfNotExists([]byte(pipes[i].store))
 			if err != nil {
 				return nil, err
 			}
@@ -433,8 +452,8 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 		}
 		return cmp.Compare(a.at, b.at)
 	})
-	if len(ws.expired) < len(h.pipeList) {
-		ws.expired = make([]expired, len(h.pipeList))
+	if len(ws.expired) < len(pipes) {
+		ws.expired = make([]expired, len(pipes))
 	}
 	clear(ws.expired)
 	ws.swept.ran = false
@@ -455,7 +474,7 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 		case opExpire:
 			var b *bolt.Bucket
 			if b, err = resultsOf(o.pipe); err == nil {
-				err = h.expireStored(partials, b, o.pipe, o.n, &ws.expired[o.pipe], &ws.scratch)
+				err = h.expireStored(partials, b, pipes[o.pipe], o.n, &ws.expired[o.pipe], &ws.scratch)
 			}
 		case opPutEdge:
 			err = edges.Put(k, v)
@@ -464,12 +483,12 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 				v, err = lessResults(k, v, x.results, &ws.scratch)
 			}
 			if err == nil {
-				err = pipes.Put(k, v)
+				err = pipeRecs.Put(k, v)
 			}
 		case opPutParked:
 			err = parked.Put(k, v)
 		case opSweepParked:
-			err = h.sweepParked(parked, o.n, &ws.swept)
+			err = h.sweepParked(ws.cat, parked, o.n, &ws.swept)
 		case opDeleteParked:
 			err = deletePrefix(parked, k, &ws.scratch)
 		}
@@ -480,11 +499,11 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 	return nil
 }
 
-// expireStored deletes the records of pipeline pipe's windows ending before
+// expireStored deletes the records of pipe pp's windows ending before
 // bound from every key group bucket, and their results, noting in x what
 // it deleted and the first window end left. scratch is a reusable buffer.
-func (h *Hub) expireStored(partials, results *bolt.Bucket, pipe int32, bound int64, x *expired, scratch *[]byte) error {
-	prefix := h.pipeList[pipe].prefix
+func (h *Hub) expireStored(partials, results *bolt.Bucket, pp *pipe, bound int64, x *expired, scratch *[]byte) error {
+	prefix := pp.prefix
 	x.ran = true
 	x.storedFrom = math.MaxInt64
 	var name [4]byte

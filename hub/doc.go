@@ -1,6 +1,6 @@
 // Package hub is the hub node's core: it applies edge batches exactly once,
-// merges the edges' partials per (pipeline, key, window), tracks the hub
-// watermark, emits versioned results and keeps them durable in bbolt.
+// merges the edges' partials per (pipeline, class, key, window), tracks the
+// hub watermark, emits versioned results and keeps them durable in bbolt.
 // The network side (gRPC, REST, auth) is hub/server; this package knows
 // nothing of it beyond the batch message.
 //
@@ -38,11 +38,11 @@
 // MaxFuture after the hub's clock; a state longer than MaxStateBytes, or
 // one that does not decode with the pipeline's aggregates (the edge runs
 // another spec); a pipeline name that is empty or longer than 255 bytes; a
-// partial of a pipeline the hub does not know once the edge's parking quota
-// is full (Unknown pipelines, below). Nothing of such a batch is applied.
-// The edge sets the named entries aside (its quarantine) and sends the
-// batch again without them, their sequence numbers skipped, and that one
-// applies. Refused batches and partials are counted (Status.BatchesRefused,
+// partial of a pipeline or revision the hub does not know once the edge's
+// parking quota is full (Unknown pipelines and revisions, below). Nothing
+// of such a batch is applied. The edge sets the named entries aside (its
+// quarantine) and sends the batch again without them, their sequence
+// numbers skipped, and that one applies. Refused batches and partials are counted (Status.BatchesRefused,
 // PartialsRefused), reported per edge while the last is within
 // IncidentWindow (Status.Refusals) and logged: an edge's first refusal,
 // then at most one line a minute, with the count of those in between. The
@@ -50,31 +50,76 @@
 // that hub/server announces them to edges, which then set such entries
 // aside before sending them.
 //
-// # Unknown pipelines
+// # Revisions
 //
-// A pipeline the hub does not know parks only its own partials. Apply
-// accepts the batch; the partials of pipelines not in Config.Pipelines
-// (checked for what needs no spec: key length, bounds, state length) and
-// each edge's latest watermark of them are parked: written by the commit
-// that writes the edge's applied sequence, in the same transaction, to the
-// parked bucket (docs/formats/hub-store.md), counted
-// (Status.PartialsParked, and Status.Parked per pipeline) and logged once
-// per (edge, pipeline). When the hub opens with such a pipeline
-// configured, its parked partials are applied as if they had just
+// A partial carries the revision of the pipeline that produced it. Revision
+// 0 is a pipeline of the edge's local files: it merges into the hub's
+// pipeline of that name in Config.Pipelines (a local pipeline), as before
+// revisions existed. A managed revision (1, 2, 3, ..., created through the
+// fleet API) belongs to a class: the first revision of the run of
+// consecutive revisions each operators.Compatible with its predecessor
+// (same key, event time, window, computed fields and aggregates), as the
+// fleet store assigns it. The hub learns revisions from Config.Revisions
+// at Open and from Define while it runs, and merges the partials of every
+// revision of one class into the same windows, per (name, class): an edge
+// whose revision 1 becomes 2 keeps its window state (the edge does so
+// across a compatible change), and a window half of whose edges run each
+// merges them all. Partials of different classes, or of a class and the
+// local pipeline of the same name, never meet: each is its own pipe, with
+// its own windows, watermark, results and store records (stored as
+// name@class, docs/formats/hub-store.md). Define refuses (ErrBadRevision)
+// a revision it knows in another class, or whose spec is not Compatible
+// with its class's; one it knows in its class is a no-op.
+//
+// Each result names the distinct revisions of the partials merged into
+// it (Result.Revisions, ascending; nil for a local pipeline) and its class
+// (Result.Class). Query.Revision picks the class a query reads: 0, that of
+// the latest revision the hub knows of the pipeline (its local pipeline
+// when it has none); another, the class holding it (unknown:
+// ErrBadQuery). A query cursor keeps its class. Pipelines lists each local
+// pipeline and each class with its revisions. A subscription reads the
+// class a query with revision 0 reads when it begins, and is closed when
+// Define makes a revision of another class the latest.
+//
+// An edge's watermark names a pipeline, not a revision: it applies to the
+// local pipeline of that name, and to each class the edge sent partials
+// of (this run, or as loaded from the store) or holds a watermark of. An
+// edge that switched to another class keeps moving the old one's
+// watermark (its windows there are complete: it flushed them at the
+// switch), and an edge that never sent partials of a class neither holds
+// its watermark back nor moves it.
+//
+// # Unknown pipelines and revisions
+//
+// A pipeline or revision the hub does not know parks only its own
+// partials. Apply accepts the batch; the partials of (pipeline, revision)s
+// the hub does not know (revision 0: a pipeline not in Config.Pipelines;
+// another: a revision not defined; checked for what needs no spec: key
+// length, bounds, state length) and each edge's latest watermark of them
+// are parked: written by the commit that writes the edge's applied
+// sequence, in the same transaction, to the parked bucket
+// (docs/formats/hub-store.md), counted (Status.PartialsParked, and
+// Status.Parked per pipeline with its revisions) and logged once per
+// (edge, pipeline, revision). An edge's watermark of a pipeline is parked
+// for each of its revisions whose partials of the edge are parked, or as
+// revision 0's when the hub knows nothing of the pipeline. When the hub
+// opens knowing such a (pipeline, revision), or Define makes it known
+// while the hub runs, its parked partials are applied as if they had just
 // arrived, in (edge, epoch, seq) order, under the per-edge
 // replace-if-newer rule and expiry (an evicted window is reloaded first);
 // a parked partial that does not decode with the pipeline's aggregates is
 // dropped with a log line and counted in Status.PartialsRefused. Parked
-// watermarks become the edges' watermarks of the pipeline. The first
-// commit writes the applied partials and deletes the pipeline's parked
-// records, in one transaction: a crash before it parks them still, and
-// the next Open applies them again, once. Each edge may have ParkedQuota
+// watermarks become the edges' watermarks of the pipeline (or class). The
+// next commit writes the applied partials and deletes the revision's
+// parked records, in one transaction: a crash before it parks them still,
+// and the next Open that knows the revision applies them again, once. Each
+// edge may have ParkedQuota
 // bytes parked (default 64 MiB); beyond it its partials of unknown
 // pipelines are refused per entry (RefusedError, the reason says the
 // quota is full), so the edge sets them aside, while its other pipelines
 // go on. Parked records older than Retention (by the hub's clock when
 // parked; a parked watermark counts as parked again with each partial of
-// its edge and pipeline) are deleted by a sweep that runs once the oldest
+// its edge, pipeline and revision) are deleted by a sweep that runs once the oldest
 // is past Retention by a sixteenth of it (Status.ParkedExpired), and are
 // not applied at Open.
 //
@@ -102,12 +147,14 @@
 // partials it carried, so after any crash the hub's acked sequence and its
 // merge state agree: the edge resends from acked+1, entries at or below the
 // applied sequence are dropped, and a resent partial replaces rather than
-// adds. Results are upserts keyed by (pipeline, window, key, version).
+// adds. Results are upserts keyed by (pipeline, class, window, key,
+// version).
 //
 // # Watermark and versions
 //
-// The hub watermark of a pipeline is the minimum of the watermarks of the
-// live edges that reported one, and never moves backwards. An edge is live
+// The hub watermark of a pipeline (a local one, or a class) is the
+// minimum of the watermarks of the live edges that reported one for it
+// (Revisions, above), and never moves backwards. An edge is live
 // while it was heard from within EdgeTimeout; the hub's start counts as
 // hearing from every edge it knows, so a restart gives the edges
 // EdgeTimeout to come back. A silent edge stops holding the watermark back,
@@ -176,8 +223,24 @@
 //     reloaded, not at Open; a corrupt one fails every batch that needs
 //     it with ErrCorrupt (nothing of the batch applied), so that edge's
 //     uplink stalls until the store is repaired.
-//   - The hub learns its pipelines at Open: a pipeline deployed while it
-//     runs is parked until the next start.
+//   - The hub learns its local pipelines at Open: one deployed while it
+//     runs is parked until the next start. Managed revisions it learns at
+//     Open and from Define; Define is not persisted by the hub (the fleet
+//     store is), so the next Open must get the revision in
+//     Config.Revisions, or its class's records wait for the next Define.
+//   - Define holds Apply back while it reads the revision's parked
+//     records (at most ParkedQuota per edge) and, for a class new to this
+//     run, the class's resident windows.
+//   - A pipeline name that is both local and managed is queried and
+//     subscribed as the managed one (Query.Revision 0 picks the latest
+//     revision's class): its local results stay stored, but Query cannot
+//     name them.
+//   - The edge's watermarks name no revision, so a class's watermark
+//     counts every edge that ever sent it partials, even one that switched
+//     to another class (it keeps moving it, it no longer holds it back
+//     for long). After a restart the hub knows an edge sent partials of a
+//     class from the edge's stored watermark of it or its partials in the
+//     resident windows.
 //   - Open reads the whole parked bucket (at most ParkedQuota per edge)
 //     to count it, and a parked-record sweep reads it whole too.
 //   - One edge whose clock runs ahead can rush the hub watermark by up to
@@ -186,8 +249,9 @@
 //   - Session windows are merged by exact (start, end). Sessions of one key
 //     that the edges cut differently (each edge saw other records) stay
 //     separate results; the hub does not merge overlapping sessions.
-//   - The encoding of a partial does not name the pipeline version: a spec
-//     that changes its aggregates must get a new pipeline name.
+//   - A local pipeline's partials (revision 0) name no version: a local
+//     spec that changes its aggregates must get a new pipeline name (a
+//     managed one gets a revision of a new class instead).
 //   - A query with a key filter scans the pipeline's window range.
 //   - A subscriber that falls 4096 results behind is dropped (its channel
 //     closed) instead of slowing commits.

@@ -103,7 +103,7 @@ func TestAbsurdStoredEpoch(t *testing.T) {
 			watermarks: []pipelineWatermark{{"temps", 1000}}}
 		th.putRecord(tx, bucketEdges, []byte("e"), appendEdgeValue(nil, &rec))
 		b := tx.Bucket(bucketPartials).Bucket(kgBucket(kh.kg))
-		if err := b.Put(kh.key, appendRecord(nil, kh.key, appendPartialValue(nil, math.MaxUint64, 7, 1, stateOf(p.Aggregates, 1, 1, 1)))); err != nil {
+		if err := b.Put(kh.key, appendRecord(nil, kh.key, appendPartialValue(nil, math.MaxUint64, 7, 1, false, 0, stateOf(p.Aggregates, 1, 1, 1)))); err != nil {
 			t.Fatal(err)
 		}
 	})

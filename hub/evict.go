@@ -48,16 +48,17 @@ func (h *Hub) evict(pp *pipe) {
 // partial of b falls in, before Apply changes anything, so that a store
 // error leaves the hub as it was. applied is the edge's applied sequence.
 // Caller holds h.mu. It does not allocate when no window needs loading.
-func (h *Hub) reloadEvicted(b *runnelv1.Batch, applied uint64) error {
+func (h *Hub) reloadEvicted(cat *catalog, b *runnelv1.Batch, applied uint64) error {
 	var tx *bolt.Tx
 	var err error
 	var pp *pipe
+	var rev uint32 // of the partial pp was looked up for
 	for _, p := range b.Partials {
 		if p.Seq <= applied {
 			continue
 		}
-		if pp == nil || pp.p.Name != p.Pipeline {
-			if pp = h.pipes[p.Pipeline]; pp == nil {
+		if pp == nil || pp.name != p.Pipeline || rev != p.Revision {
+			if pp, rev = cat.pipeOf(p.Pipeline, p.Revision), p.Revision; pp == nil {
 				continue // parked
 			}
 		}
@@ -91,7 +92,7 @@ func (h *Hub) reload(tx *bolt.Tx, pp *pipe, kg uint32, key []byte, start, end in
 	if b == nil {
 		return nil
 	}
-	h.loadKey = appendWindowPrefix(h.loadKey[:0], pp.p.Name, start, end, key)
+	h.loadKey = appendWindowPrefix(h.loadKey[:0], pp.store, start, end, key)
 	c := b.Cursor()
 	var w *window
 	for k, v := c.Seek(h.loadKey); k != nil && bytes.HasPrefix(k, h.loadKey); k, v = c.Next() {
@@ -113,48 +114,89 @@ func (h *Hub) reload(tx *bolt.Tx, pp *pipe, kg uint32, key []byte, start, end in
 // pipeline pp's prefix) to its window in memory, creating the window, and
 // returns the window. The record's bytes are copied.
 func (h *Hub) loadRecord(pp *pipe, kg uint32, k, v []byte) (*window, error) {
-	bad := func(err error) error {
-		return fmt.Errorf("hub: store: partials/%x key %x: %v: %w", kgBucket(kg), k, err, ErrCorrupt)
-	}
-	pk, err := parsePartialKey(k)
-	if err != nil {
-		return nil, bad(err)
-	}
-	payload, err := openRecord(k, v)
+	r, err := h.parseRecord(pp, kg, k, v)
 	if err != nil {
 		return nil, err
 	}
-	kh := xxhash.Sum64(pk.key)
-	if got := uint32(kh % uint64(h.keyGroups)); got != kg {
-		return nil, bad(fmt.Errorf("key hashes to key group %d", got))
+	return h.insertRecord(pp, &r)
+}
+
+// storedRecord is one record of a key group bucket, checked and decoded:
+// a window record (window, with its last emitted version), or an edge's
+// partial. Its state points into the record's memory.
+type storedRecord struct {
+	kg         uint32
+	kh         uint64 // xxhash of pk.key
+	pk         partialKey
+	window     bool
+	version    uint32 // the window's last emitted, or the partial's
+	epoch, seq uint64
+	revision   uint32
+	state      []byte
+}
+
+// parseRecord checks and decodes record (k, v) of key group bucket kg
+// under pp's prefix, changing nothing. It uses pp.merged: the caller
+// holds h.mu, or pp is not yet in the catalog.
+func (h *Hub) parseRecord(pp *pipe, kg uint32, k, v []byte) (storedRecord, error) {
+	r := storedRecord{kg: kg}
+	bad := func(err error) error {
+		return fmt.Errorf("hub: store: partials/%x key %x: %v: %w", kgBucket(kg), k, err, ErrCorrupt)
 	}
-	wh := windowHash(kh, pk.start, pk.end)
-	w := pp.lookup(kg, wh, pk.key, pk.start, pk.end)
-	if w == nil {
-		w = pp.create(kg, wh, pk.key, pk.start, pk.end)
+	var err error
+	if r.pk, err = parsePartialKey(k); err != nil {
+		return r, bad(err)
 	}
-	if pk.tag == tagWindow {
-		if w.version, err = parseWindowValue(payload); err != nil {
-			return nil, bad(err)
-		}
-		return w, nil
-	}
-	epoch, seq, version, state, err := parsePartialValue(payload)
+	payload, err := openRecord(k, v)
 	if err != nil {
-		return nil, bad(err)
+		return r, err
+	}
+	r.kh = xxhash.Sum64(r.pk.key)
+	if got := uint32(r.kh % uint64(h.keyGroups)); got != kg {
+		return r, bad(fmt.Errorf("key hashes to key group %d", got))
+	}
+	if r.pk.tag == tagWindow {
+		r.window = true
+		if r.version, err = parseWindowValue(payload); err != nil {
+			return r, bad(err)
+		}
+		return r, nil
+	}
+	if r.epoch, r.seq, r.version, r.revision, r.state, err = parsePartialValue(payload, pp.class != 0); err != nil {
+		return r, bad(err)
 	}
 	pp.set.Reset(pp.merged)
-	if err := pp.set.MergeEncoded(pp.merged, state); err != nil {
-		return nil, bad(err) // checked now so that emit can rely on it
+	if err := pp.set.MergeEncoded(pp.merged, r.state); err != nil {
+		return r, bad(err) // checked now so that emit can rely on it
+	}
+	return r, nil
+}
+
+// insertRecord adds a parsed record to its window in memory, creating the
+// window, and returns the window. Caller holds h.mu (or is restore).
+func (h *Hub) insertRecord(pp *pipe, r *storedRecord) (*window, error) {
+	pk := &r.pk
+	wh := windowHash(r.kh, pk.start, pk.end)
+	w := pp.lookup(r.kg, wh, pk.key, pk.start, pk.end)
+	if w == nil {
+		w = pp.create(r.kg, wh, pk.key, pk.start, pk.end)
+	}
+	if r.window {
+		w.version = r.version
+		return w, nil
 	}
 	e := h.edgeFor(string(pk.edge), 0)
 	if w.partOf(e.idx) != nil {
-		return nil, bad(fmt.Errorf("edge %q's partial loaded twice", pk.edge))
+		return nil, fmt.Errorf("hub: store: partials/%x: window of key %x: edge %q's partial loaded twice: %w",
+			kgBucket(r.kg), pk.key, pk.edge, ErrCorrupt)
 	}
+	epoch := r.epoch
 	if epoch > MaxEpoch {
 		epoch = 0 // see restoreEdges: any partial the edge sends replaces it
 	}
-	w.parts = append(w.parts, part{edge: e.idx, epoch: epoch, seq: seq, version: version, state: bytes.Clone(state)})
+	w.parts = append(w.parts, part{edge: e.idx, epoch: epoch, seq: r.seq, version: r.version, revision: r.revision,
+		state: bytes.Clone(r.state)})
+	e.sent[pp.idx] = true
 	return w, nil
 }
 

@@ -215,7 +215,7 @@ func TestOpenResidentOnly(t *testing.T) {
 	if err != nil || stored != 50*keys || old != 0 {
 		t.Fatalf("store holds %d windows, %d expired (%v)", stored, old, err)
 	}
-	if pp := th.Hub.pipes["temps"]; pp.storedFrom != 51_000 {
+	if pp := th.Hub.cat.Load().pipeOf("temps", 0); pp.storedFrom != 51_000 {
 		t.Fatalf("storedFrom %d, want 51000", pp.storedFrom)
 	}
 	// A partial for an expired window is dropped, not reloaded.

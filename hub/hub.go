@@ -8,7 +8,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -34,8 +37,8 @@ var (
 	ErrBadBatch = errors.New("hub: bad batch")
 	// ErrClosed: the hub is shutting down.
 	ErrClosed = errors.New("hub: closed")
-	// ErrBadQuery: a query names an unknown pipeline or carries a cursor
-	// this hub did not hand out.
+	// ErrBadQuery: a query names an unknown pipeline or revision, or
+	// carries a cursor this hub did not hand out.
 	ErrBadQuery = errors.New("hub: bad query")
 	// ErrCorrupt: the store holds bytes that do not decode; Open fails.
 	ErrCorrupt = errors.New("hub: store corrupt")
@@ -54,12 +57,13 @@ const (
 // Config configures a Hub.
 type Config struct {
 	Dir            string                // data directory; the store is Dir/hub.db
-	Pipelines      []*operators.Pipeline // what the hub merges, by name
+	Pipelines      []*operators.Pipeline // local pipelines (partials of revision 0), by name
+	Revisions      []Revision            // managed revisions known at Open; Define adds more (package doc, Revisions)
 	KeyGroups      int                   // default 128; fixed once the store exists
 	EdgeTimeout    time.Duration         // silent longer: stops holding the watermark back (default 1m)
 	Retention      time.Duration         // windows and results kept this long past min(hub watermark, hub clock) (default 7 days)
 	MaxFuture      time.Duration         // how far an edge's watermark or a window's start may lead the hub's clock (default 1h; package doc, Time)
-	ParkedQuota    int64                 // bytes of partials of unknown pipelines parked per edge (default 64 MiB; package doc, Unknown pipelines)
+	ParkedQuota    int64                 // bytes of partials of unknown pipelines parked per edge (default 64 MiB; package doc, Unknown pipelines and revisions)
 	Resident       time.Duration         // emitted windows ending more than this before the hub watermark leave memory; a late partial reloads one (default 1h; package doc, Memory)
 	CommitInterval time.Duration         // group commit period (default 20ms)
 	NoSync         bool                  // bbolt NoSync, for tests and benchmarks only
@@ -82,21 +86,41 @@ type Result struct {
 	State      []byte // aggregate.Set encoding of the merge over edges
 	Edges      uint32 // edges that contributed
 	Emitted    int64  // Unix ms wall time when it became durable
+	// Class is the class of managed revisions the result merges (0: the
+	// local pipeline); Revisions are the distinct revisions of the
+	// partials merged into this version, ascending (nil for a local
+	// pipeline: revision 0).
+	Class     uint32
+	Revisions []uint32
 }
 
-// Query selects results of one pipeline.
+// Query selects results of one pipeline: of its local pipeline or of one
+// class of its managed revisions.
 type Query struct {
-	Pipeline    string
+	Pipeline string
+	// Revision picks the class: 0, that of the latest managed revision the
+	// hub knows of Pipeline, or its local pipeline when it has none;
+	// otherwise the class that holds this revision.
+	Revision    uint32
 	Key         []byte // encoded key; nil: every key
 	From, To    int64  // windows with Start >= From and End <= To; To 0: unbounded
 	AllVersions bool
-	Limit       int    // default 1000
-	After       []byte // cursor from a previous page (opaque)
+	Limit       int // default 1000
+	// After is a cursor from a previous page (opaque). It holds the class
+	// of that page, which the next page keeps.
+	After []byte
 }
 
-// PipelineInfo describes a pipeline the hub merges.
+// PipelineInfo describes what the hub merges under one name: a local
+// pipeline (Class 0) or one class of managed revisions.
 type PipelineInfo struct {
-	Pipeline     *operators.Pipeline
+	// Pipeline is the spec: the local pipeline's, or the latest revision's
+	// of the class.
+	Pipeline *operators.Pipeline
+	// Class is the class's first revision (0: local); Revisions the
+	// revisions of it the hub knows, ascending (nil: local).
+	Class        uint32
+	Revisions    []uint32
 	Watermark    int64 // hub watermark; valid when HasWatermark
 	HasWatermark bool
 	Results      uint64 // result versions stored
@@ -104,11 +128,13 @@ type PipelineInfo struct {
 
 // EdgeInfo describes an edge the hub has heard from.
 type EdgeInfo struct {
-	ID         string
-	Epoch      uint64
-	AckedSeq   uint64
-	LastSeen   time.Time
-	Live       bool
+	ID       string
+	Epoch    uint64
+	AckedSeq uint64
+	LastSeen time.Time
+	Live     bool
+	// Watermarks: the edge's watermark per pipeline name (the highest of
+	// those the hub holds for the name's local pipeline and classes).
 	Watermarks map[string]int64
 }
 
@@ -157,11 +183,12 @@ type Status struct {
 	EpochsRefused uint64
 	// EpochRefusals: the edges with epochs refused within IncidentWindow.
 	EpochRefusals []Incident
-	// PartialsParked: partials of pipelines the hub does not know parked
-	// since Open; PartialsUnparked: parked partials applied by Open;
+	// PartialsParked: partials of pipelines or revisions the hub does not
+	// know parked since Open; PartialsUnparked: parked partials applied
+	// (by Open, or by Define once their revision is known);
 	// ParkedExpired: parked partials deleted after Retention.
 	PartialsParked, PartialsUnparked, ParkedExpired uint64
-	// Parked: what is parked now, per pipeline.
+	// Parked: what is parked now, per pipeline name.
 	Parked []ParkedPipeline
 }
 
@@ -169,6 +196,7 @@ type Status struct {
 var _ interface {
 	Hello(edgeID string, epoch, nextSeq uint64) (Resume, error)
 	Apply(b *runnelv1.Batch) error
+	Define(r Revision) error
 	Acked(edgeID string) (epoch, seq uint64, next <-chan struct{})
 	Pipelines() []PipelineInfo
 	Pipeline(name string) *operators.Pipeline
@@ -207,10 +235,30 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("hub: config: pipeline %d is not compiled", i))
 		case p.Name == "" || len(p.Name) > maxPipeLen:
 			errs = append(errs, fmt.Errorf("hub: config: pipeline %d: name of %d bytes", i, len(p.Name)))
+		case strings.IndexByte(p.Name, classSep) >= 0:
+			errs = append(errs, fmt.Errorf("hub: config: pipeline %q: the name holds %q, which no pipeline name does", p.Name, classSep))
 		case seen[p.Name]:
 			errs = append(errs, fmt.Errorf("hub: config: pipeline %q given twice", p.Name))
 		default:
 			seen[p.Name] = true
+		}
+	}
+	cat := newCatalog()
+	for i := range c.Revisions {
+		r := &c.Revisions[i]
+		if err := r.check(); err != nil {
+			errs = append(errs, fmt.Errorf("hub: config: revisions[%d]: %w", i, err))
+			continue
+		}
+		pp, known, err := cat.admit(r)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("hub: config: revisions[%d]: %w", i, err))
+		case known:
+		case pp == nil:
+			cat.add(r, &pipe{idx: len(cat.pipes), name: r.Name, class: r.Class, spec0: r.Pipeline})
+		default:
+			cat.add(r, pp)
 		}
 	}
 	return errors.Join(errs...)
@@ -262,14 +310,17 @@ type Hub struct {
 	ws       writeSet // guarded by commitMu
 	dbClosed bool     // guarded by commitMu
 
-	mu       sync.Mutex
-	closed   bool
-	pipes    map[string]*pipe
-	pipeList []*pipe
-	edges    []*edge
-	edgeIdx  map[string]int32
-	dirty    []*window // windows with parts to write
-	loadKey  []byte    // reload's scratch key
+	// cat is the catalog of pipes (revision.go): replaced by Define under
+	// commitMu and mu, so stable under either; read without them by
+	// validate, Query, Subscribe and Pipeline.
+	cat atomic.Pointer[catalog]
+
+	mu      sync.Mutex
+	closed  bool
+	edges   []*edge
+	edgeIdx map[string]int32
+	dirty   []*window // windows with parts to write
+	loadKey []byte    // reload's scratch key
 	// residentFrom is the highest pipe.residentFrom: a batch whose windows
 	// all end at or after it needs nothing reloaded.
 	residentFrom int64
@@ -321,7 +372,6 @@ func Open(cfg Config) (*Hub, error) {
 		resident:     int64(cfg.Resident / time.Millisecond),
 		residentFrom: math.MinInt64,
 		parking:      parking{oldest: math.MaxInt64},
-		pipes:        map[string]*pipe{},
 		edgeIdx:      map[string]int32{},
 		next:         make(chan struct{}),
 		subs:         map[*subscriber]struct{}{},
@@ -364,23 +414,26 @@ func (h *Hub) Acked(edgeID string) (epoch, seq uint64, next <-chan struct{}) {
 	return 0, 0, h.next
 }
 
-// Pipelines describes the pipelines the hub merges, in Config order.
+// Pipelines describes what the hub merges: the local pipelines in Config
+// order, then one entry per class of managed revisions, in the order the
+// hub learned them.
 func (h *Hub) Pipelines() []PipelineInfo {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]PipelineInfo, len(h.pipeList))
-	for i, pp := range h.pipeList {
-		out[i] = PipelineInfo{Pipeline: pp.p, Watermark: pp.wm, HasWatermark: pp.hasWM, Results: pp.results}
+	pipes := h.cat.Load().pipes
+	out := make([]PipelineInfo, len(pipes))
+	for i, pp := range pipes {
+		out[i] = PipelineInfo{Pipeline: pp.p, Class: pp.class, Revisions: slices.Clone(pp.revisions),
+			Watermark: pp.wm, HasWatermark: pp.hasWM, Results: pp.results}
 	}
 	return out
 }
 
-// Pipeline returns the named pipeline, or nil.
+// Pipeline returns the spec of what a query or subscription of name
+// reads: its latest managed revision's (whose class Query and Subscribe
+// pick), or its local pipeline's; nil when the hub knows neither.
 func (h *Hub) Pipeline(name string) *operators.Pipeline {
-	if pp := h.pipes[name]; pp != nil { // immutable after Open
-		return pp.p
-	}
-	return nil
+	return h.cat.Load().resolvedSpec(name)
 }
 
 // Edges describes every edge the hub has heard from, in order of first
@@ -399,9 +452,9 @@ func (h *Hub) Edges() []EdgeInfo {
 			Live:       h.live(e, now),
 			Watermarks: map[string]int64{},
 		}
-		for j, pp := range h.pipeList {
-			if e.hasWM[j] {
-				out[i].Watermarks[pp.p.Name] = e.wm[j]
+		for j, pp := range h.cat.Load().pipes {
+			if w, ok := out[i].Watermarks[pp.name]; e.hasWM[j] && (!ok || e.wm[j] > w) {
+				out[i].Watermarks[pp.name] = e.wm[j]
 			}
 		}
 	}
@@ -421,7 +474,7 @@ func (h *Hub) Status() Status {
 			st.EdgesLive++
 		}
 	}
-	for _, pp := range h.pipeList {
+	for _, pp := range h.cat.Load().pipes {
 		st.WindowsResident += pp.nwin
 	}
 	st.OpenWindows = st.WindowsResident

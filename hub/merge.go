@@ -16,12 +16,26 @@ import (
 // edge's latest partial, encoded as the edge sent it; merging happens only
 // when the window is emitted, so applying a partial is a lookup and a copy.
 
-// pipe is the hub's state for one pipeline.
+// pipe is the hub's state for one pipeline: a local one (class 0), or
+// one class of managed revisions (revision.go).
 type pipe struct {
 	idx   int
-	p     *operators.Pipeline
+	name  string // the pipeline's name, as edges and queries give it
+	class uint32 // 0: local (Config.Pipelines); else the class's first revision
+	store string // the name its records are stored under (storeName)
+	// spec0 is the first spec the pipe was made with: its aggregates and
+	// key are every revision's of the class (operators.Compatible).
+	spec0 *operators.Pipeline
 	set   *aggregate.Set
 	keyed bool // the pipeline has key fields: keys must be non-empty
+
+	// p is the spec shown for the pipe: the local pipeline's, or the
+	// class's latest revision's; revisions are the class's revisions
+	// the hub knows, ascending (nil for a local pipe). Both change with
+	// Define, under Hub.mu.
+	p         *operators.Pipeline
+	revisions []uint32
+	revs      []uint32 // emit's scratch: the revisions of a window's parts
 
 	// scratch holds *aggregate.State for validating partials outside mu.
 	scratch sync.Pool
@@ -78,6 +92,7 @@ type part struct {
 	edge       int32 // index into Hub.edges
 	dirty      bool
 	version    uint32
+	revision   uint32 // of the pipeline that produced it (0: local)
 	epoch, seq uint64
 	state      []byte
 }
@@ -94,8 +109,13 @@ type edge struct {
 	lastSeen          time.Time
 	wm                []int64 // per pipe.idx, valid where hasWM
 	hasWM             []bool
-	dirty             bool
-	parked            int64 // bytes parked (park.go), written or not
+	// sent: per pipe.idx, the edge sent partials of it (this run, or
+	// loaded from the store). A watermark names a pipeline only, so it
+	// applies to the local pipe of that name and to the classes the edge
+	// sent partials of or holds a watermark for.
+	sent   []bool
+	dirty  bool
+	parked int64 // bytes parked (park.go), written or not
 }
 
 func (e *edge) adopt(epoch uint64) {
@@ -112,9 +132,15 @@ func (e *edge) ackedSeq() uint64 {
 	return 0
 }
 
-func newPipe(idx int, p *operators.Pipeline, keyGroups int) *pipe {
+// newPipe makes the pipe of pipeline p's class (0: p is local).
+func newPipe(idx int, p *operators.Pipeline, class uint32, keyGroups int) *pipe {
+	store := storeName(p.Name, class)
 	pp := &pipe{
 		idx:       idx,
+		name:      p.Name,
+		class:     class,
+		store:     store,
+		spec0:     p,
 		p:         p,
 		set:       p.Aggregates,
 		keyed:     len(p.KeyFields()) > 0,
@@ -123,7 +149,7 @@ func newPipe(idx int, p *operators.Pipeline, keyGroups int) *pipe {
 		ends:      map[int64]*endGroup{},
 		pending:   map[int64]*endGroup{},
 		minEnd:    math.MaxInt64,
-		prefix:    appendPipePrefix(nil, p.Name),
+		prefix:    appendPipePrefix(nil, store),
 		expiredTo: math.MinInt64,
 		// Nothing evicted, and expiry's first key range finds out what the
 		// store holds.
@@ -135,6 +161,15 @@ func newPipe(idx int, p *operators.Pipeline, keyGroups int) *pipe {
 		pp.wins[i] = map[uint64]*window{}
 	}
 	return pp
+}
+
+// grow extends the edge's per-pipe slices to n pipes.
+func (e *edge) grow(n int) {
+	for len(e.wm) < n {
+		e.wm = append(e.wm, 0)
+		e.hasWM = append(e.hasWM, false)
+		e.sent = append(e.sent, false)
+	}
 }
 
 // windowHash mixes the key hash with the bounds (a murmur3 finalizer).

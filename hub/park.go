@@ -15,17 +15,23 @@ import (
 	"github.com/runnel-io/runnel/window/aggregate"
 )
 
-// Parking: partials and watermarks of pipelines the hub does not know.
+// Parking: partials and watermarks of pipelines and revisions the hub
+// does not know.
 //
-// Apply accepts a batch whatever pipelines it names. A partial of a
-// pipeline that is not configured is parked: encoded into a record of the
-// parked bucket (store.go), written by the same commit as the edge's
-// applied sequence, so that a crash loses both or neither. An edge's
-// watermark for such a pipeline is parked too, the latest one per (edge,
-// pipeline). When the hub opens with the pipeline configured, restore
-// applies its parked partials as if they had just arrived, in (edge,
-// epoch, seq) order, and the first commit writes them and deletes the
-// pipeline's parked records in one transaction.
+// Apply accepts a batch whatever pipelines and revisions it names. A
+// partial of a (pipeline, revision) the hub does not know (revision 0:
+// a pipeline not in Config.Pipelines; another: a managed revision not
+// defined) is parked: encoded into a record of the parked bucket
+// (store.go), written by the same commit as the edge's applied sequence,
+// so that a crash loses both or neither. An edge's watermark is parked
+// too, the latest one per (pipeline, revision, edge), for each revision
+// of the pipeline whose partials of the edge are parked (or as revision
+// 0's when the hub knows nothing of the pipeline). When the hub opens
+// knowing the (pipeline, revision), restore applies its parked partials
+// as if they had just arrived, in (edge, epoch, seq) order; when Define
+// makes it known while the hub runs, Define does the same (unpark). The
+// next commit writes them and deletes the revision's parked records in
+// one transaction.
 //
 // Each edge may have ParkedQuota bytes parked (records' keys and values);
 // beyond it, Apply refuses the edge's further partials of unknown
@@ -38,20 +44,24 @@ import (
 
 const defaultParkedQuota = 64 << 20
 
-// ParkedPipeline is what the hub holds parked for a pipeline it does not
-// know.
+// ParkedPipeline is what the hub holds parked for a pipeline name whose
+// partials or watermarks it cannot apply yet: of revisions it does not
+// know (0: the name is not in Config.Pipelines).
 type ParkedPipeline struct {
-	Pipeline string
-	Partials uint64   // partials parked
-	Bytes    int64    // their records' bytes, and the parked watermarks'
-	Edges    []string // the edges whose partials are parked, by id
+	Pipeline  string
+	Revisions []uint32 // with something parked, ascending
+	Partials  uint64   // partials parked
+	Bytes     int64    // their records' bytes, and the parked watermarks'
+	Edges     []string // the edges whose partials are parked, by id
 }
 
 type parking struct {
 	pending []parkedRecord // parked since the last prepare
 	wms     map[parkKey]*parkedWM
 	dirtyWM []parkKey
-	pipes   map[string]*parkedPipe
+	pipes   map[revKey]*parkedPipe
+	// revsOf lists, per pipeline name, the revisions in pipes, ascending.
+	revsOf map[string][]uint32
 	// oldest is at or before the parked-at time (Unix ms) of every record
 	// held; math.MaxInt64: none.
 	oldest int64
@@ -66,6 +76,7 @@ type parkLog struct {
 
 type parkKey struct {
 	pipeline string
+	revision uint32
 	edge     int32
 }
 
@@ -91,6 +102,7 @@ type parkedRecord struct {
 // parkedSwept is one record a sweep deleted.
 type parkedSwept struct {
 	pipeline, edge string
+	revision       uint32
 	size           int64
 	watermark      bool
 }
@@ -115,25 +127,44 @@ func uvarintLen(x uint64) int {
 // parkedPartialSize is the bytes partial p of edge takes parked: its
 // record's key, payload and frame.
 func parkedPartialSize(edge string, p *runnelv1.Partial) int64 {
-	k := 1 + len(p.Pipeline) + 1 + len(edge) + 1 + 16
+	k := parkedRangeLen(p.Pipeline, p.Revision) + 1 + len(edge) + 1 + 16
 	v := recordHeader + 28 + uvarintLen(uint64(len(p.Key))) + len(p.Key) + len(p.State)
 	return int64(k + v)
 }
 
-func parkedWatermarkSize(edge, pipeline string) int64 {
-	return int64(1 + len(pipeline) + 1 + len(edge) + 1 + recordHeader + 16)
+func parkedWatermarkSize(edge, pipeline string, revision uint32) int64 {
+	return int64(parkedRangeLen(pipeline, revision) + 1 + len(edge) + 1 + recordHeader + 16)
 }
 
-func (pk *parking) pipe(name string) *parkedPipe {
+// pipe returns the parked pipe of (name, rev), creating it.
+func (pk *parking) pipe(name string, rev uint32) *parkedPipe {
 	if pk.pipes == nil {
-		pk.pipes = map[string]*parkedPipe{}
+		pk.pipes = map[revKey]*parkedPipe{}
+		pk.revsOf = map[string][]uint32{}
 	}
-	p := pk.pipes[name]
+	p := pk.pipes[revKey{name, rev}]
 	if p == nil {
 		p = &parkedPipe{edges: map[int32]uint64{}}
-		pk.pipes[name] = p
+		pk.pipes[revKey{name, rev}] = p
+		revs := pk.revsOf[name]
+		i, _ := slices.BinarySearch(revs, rev)
+		pk.revsOf[name] = slices.Insert(revs, i, rev)
 	}
 	return p
+}
+
+// drop forgets the parked pipe of (name, rev).
+func (pk *parking) drop(name string, rev uint32) {
+	if _, ok := pk.pipes[revKey{name, rev}]; !ok {
+		return
+	}
+	delete(pk.pipes, revKey{name, rev})
+	revs := slices.DeleteFunc(pk.revsOf[name], func(r uint32) bool { return r == rev })
+	if len(revs) == 0 {
+		delete(pk.revsOf, name)
+	} else {
+		pk.revsOf[name] = revs
+	}
 }
 
 // parkRefusals returns refused (validate's, in sequence order) with the
@@ -141,20 +172,24 @@ func (pk *parking) pipe(name string) *parkedPipe {
 // is what the edge has parked, applied its applied sequence (older
 // partials are dropped, not parked). It returns refused itself when there
 // are none to add.
-func (h *Hub) parkRefusals(b *runnelv1.Batch, used int64, applied uint64, refused []Refused) []Refused {
+func (h *Hub) parkRefusals(cat *catalog, b *runnelv1.Batch, used int64, applied uint64, refused []Refused) []Refused {
 	var over []Refused
 	j := 0
 	for _, p := range b.Partials {
 		for j < len(refused) && refused[j].Seq < p.Seq {
 			j++
 		}
-		if j < len(refused) && refused[j].Seq == p.Seq || p.Seq <= applied || h.pipes[p.Pipeline] != nil {
+		if j < len(refused) && refused[j].Seq == p.Seq || p.Seq <= applied || cat.pipeOf(p.Pipeline, p.Revision) != nil {
 			continue
 		}
 		n := parkedPartialSize(b.EdgeId, p)
 		if used+n > h.cfg.ParkedQuota {
+			what := fmt.Sprintf("pipeline %q", p.Pipeline)
+			if p.Revision != 0 {
+				what = fmt.Sprintf("revision %d of pipeline %q", p.Revision, p.Pipeline)
+			}
 			over = append(over, Refused{Seq: p.Seq, Reason: fmt.Sprintf(
-				"the hub does not know pipeline %q, and this edge's parking quota (%d bytes) is full", p.Pipeline, h.cfg.ParkedQuota)})
+				"the hub does not know %s, and this edge's parking quota (%d bytes) is full", what, h.cfg.ParkedQuota)})
 			continue
 		}
 		used += n
@@ -167,38 +202,62 @@ func (h *Hub) parkRefusals(b *runnelv1.Batch, used int64, applied uint64, refuse
 	return out
 }
 
-// park holds partial p of edge e, epoch epoch, of a pipeline the hub does
-// not know, for the next commit; now is the hub's clock in Unix ms.
+// park holds partial p of edge e, epoch epoch, of a (pipeline, revision)
+// the hub does not know, for the next commit; now is the hub's clock in
+// Unix ms.
 func (h *Hub) park(now int64, e *edge, epoch uint64, p *runnelv1.Partial) {
 	size := parkedPartialSize(e.id, p)
 	buf := make([]byte, 0, size)
-	buf = appendParkedPartialKey(buf, p.Pipeline, e.id, epoch, p.Seq)
+	buf = appendParkedPartialKey(buf, p.Pipeline, p.Revision, e.id, epoch, p.Seq)
 	k := len(buf)
 	buf = appendParkedPartial(buf, now, p.WindowStart, p.WindowEnd, p.Version, p.Key, p.State)
 	h.parking.pending = append(h.parking.pending, parkedRecord{buf: buf, k: k})
 	e.parked += size
-	pp := h.parking.pipe(p.Pipeline)
+	pp := h.parking.pipe(p.Pipeline, p.Revision)
 	pp.partials++
 	pp.bytes += size
 	pp.edges[e.idx]++
 	h.parking.oldest = min(h.parking.oldest, now)
 	h.stats.PartialsParked++
-	if m := h.parking.wms[parkKey{p.Pipeline, e.idx}]; m != nil {
+	wk := parkKey{p.Pipeline, p.Revision, e.idx}
+	if m := h.parking.wms[wk]; m != nil {
 		// The watermark is kept as long as the partials it covers.
-		h.touchWatermark(parkKey{p.Pipeline, e.idx}, m, m.wm, now)
+		h.touchWatermark(wk, m, m.wm, now)
 	}
-	h.logParked(e, p.Pipeline, false)
+	h.logParked(e, p.Pipeline, p.Revision, false)
 }
 
-// parkWatermark holds w as edge e's watermark for a pipeline the hub does
-// not know, if it is later than the one held.
-func (h *Hub) parkWatermark(now int64, e *edge, pipeline string, w int64) {
-	k := parkKey{pipeline, e.idx}
+// parkWatermarks takes w, edge e's watermark of pipeline, for each
+// revision of it with something of e parked: a watermark already, or
+// partials. It reports whether there was any.
+func (h *Hub) parkWatermarks(now int64, e *edge, pipeline string, w int64) bool {
+	took := false
+	for _, rev := range h.parking.revsOf[pipeline] {
+		k := parkKey{pipeline, rev, e.idx}
+		if m := h.parking.wms[k]; m != nil {
+			if w > m.wm {
+				h.touchWatermark(k, m, w, now)
+			}
+			took = true
+			continue
+		}
+		if pp := h.parking.pipes[revKey{pipeline, rev}]; pp != nil && pp.edges[e.idx] > 0 {
+			h.parkWatermark(now, e, pipeline, rev, w)
+			took = true
+		}
+	}
+	return took
+}
+
+// parkWatermark holds w as edge e's watermark for a (pipeline, revision)
+// the hub does not know, if it is later than the one held.
+func (h *Hub) parkWatermark(now int64, e *edge, pipeline string, rev uint32, w int64) {
+	k := parkKey{pipeline, rev, e.idx}
 	m := h.parking.wms[k]
 	if m == nil {
-		size := parkedWatermarkSize(e.id, pipeline)
+		size := parkedWatermarkSize(e.id, pipeline, rev)
 		if e.parked+size > h.cfg.ParkedQuota {
-			h.logParked(e, pipeline, true)
+			h.logParked(e, pipeline, rev, true)
 			return
 		}
 		if h.parking.wms == nil {
@@ -207,8 +266,8 @@ func (h *Hub) parkWatermark(now int64, e *edge, pipeline string, w int64) {
 		m = &parkedWM{wm: math.MinInt64}
 		h.parking.wms[k] = m
 		e.parked += size
-		h.parking.pipe(pipeline).bytes += size
-		h.logParked(e, pipeline, false)
+		h.parking.pipe(pipeline, rev).bytes += size
+		h.logParked(e, pipeline, rev, false)
 	}
 	if w > m.wm {
 		h.touchWatermark(k, m, w, now)
@@ -226,11 +285,11 @@ func (h *Hub) touchWatermark(k parkKey, m *parkedWM, w, now int64) {
 	}
 }
 
-// logParked logs, once per (edge, pipeline), that the hub parks what the
-// edge sends of the pipeline, or that it dropped a watermark of it for
-// the quota.
-func (h *Hub) logParked(e *edge, pipeline string, dropped bool) {
-	k := parkLog{parkKey{pipeline, e.idx}, dropped}
+// logParked logs, once per (edge, pipeline, revision), that the hub parks
+// what the edge sends of the pipeline revision, or that it dropped a
+// watermark of it for the quota.
+func (h *Hub) logParked(e *edge, pipeline string, rev uint32, dropped bool) {
+	k := parkLog{parkKey{pipeline, rev, e.idx}, dropped}
 	if h.parking.logged[k] {
 		return
 	}
@@ -239,10 +298,13 @@ func (h *Hub) logParked(e *edge, pipeline string, dropped bool) {
 	}
 	h.parking.logged[k] = true
 	msg := "hub: parking what an edge sends of a pipeline the hub does not know; it applies once the pipeline is configured"
+	if rev != 0 {
+		msg = "hub: parking what an edge sends of a pipeline revision the hub does not know; it applies once the revision is defined"
+	}
 	if dropped {
 		msg = "hub: dropped an edge's watermark of a pipeline the hub does not know: its parking quota is full"
 	}
-	h.cfg.Logger.Warn(msg, "edge", e.id, "pipeline", pipeline, "edge_parked_bytes", e.parked, "quota", h.cfg.ParkedQuota)
+	h.cfg.Logger.Warn(msg, "edge", e.id, "pipeline", pipeline, "revision", rev, "edge_parked_bytes", e.parked, "quota", h.cfg.ParkedQuota)
 }
 
 // prepareParked adds the records parked since the last commit, the changed
@@ -259,7 +321,7 @@ func (h *Hub) prepareParked(ws *writeSet, now int64) {
 			continue
 		}
 		m.dirty = false
-		ws.scratch = appendParkedPrefix(ws.scratch[:0], k.pipeline, h.edges[k.edge].id, parkTagWatermark)
+		ws.scratch = appendParkedPrefix(ws.scratch[:0], k.pipeline, k.revision, h.edges[k.edge].id, parkTagWatermark)
 		n := len(ws.scratch)
 		ws.scratch = appendParkedWatermark(ws.scratch, m.at, m.wm)
 		ws.addRecord(opPutParked, 0, 0, ws.scratch[:n], ws.scratch[n:])
@@ -274,9 +336,9 @@ func (h *Hub) prepareParked(ws *writeSet, now int64) {
 }
 
 // sweepParked deletes the records of the parked bucket parked before
-// bound, noting them in x, except those of configured pipelines (the
-// commit that unparks them deletes them).
-func (h *Hub) sweepParked(b *bolt.Bucket, bound int64, x *sweepResult) error {
+// bound, noting them in x, except those of the pipelines and revisions
+// cat knows (the commit that unparks them deletes them).
+func (h *Hub) sweepParked(cat *catalog, b *bolt.Bucket, bound int64, x *sweepResult) error {
 	x.ran, x.bound, x.oldest = true, bound, math.MaxInt64
 	x.swept = x.swept[:0]
 	c := b.Cursor()
@@ -285,7 +347,7 @@ func (h *Hub) sweepParked(b *bolt.Bucket, bound int64, x *sweepResult) error {
 		if err != nil {
 			return fmt.Errorf("parked key %x: %v: %w", k, err, ErrCorrupt)
 		}
-		if h.pipes[string(pk.pipeline)] != nil {
+		if cat.pipeOf(string(pk.pipeline), pk.revision) != nil {
 			k, v = c.Next()
 			continue
 		}
@@ -302,7 +364,7 @@ func (h *Hub) sweepParked(b *bolt.Bucket, bound int64, x *sweepResult) error {
 			k, v = c.Next()
 			continue
 		}
-		x.swept = append(x.swept, parkedSwept{pipeline: string(pk.pipeline), edge: string(pk.edge),
+		x.swept = append(x.swept, parkedSwept{pipeline: string(pk.pipeline), edge: string(pk.edge), revision: pk.revision,
 			size: int64(len(k) + len(v)), watermark: pk.tag == parkTagWatermark})
 		key := bytes.Clone(k)
 		if err := c.Delete(); err != nil {
@@ -321,8 +383,8 @@ func (h *Hub) finishSweep(x *sweepResult) {
 			continue
 		}
 		e := h.edges[i]
-		k := parkKey{s.pipeline, i}
-		pp := h.parking.pipes[s.pipeline]
+		k := parkKey{s.pipeline, s.revision, i}
+		pp := h.parking.pipes[revKey{s.pipeline, s.revision}]
 		if s.watermark {
 			if m := h.parking.wms[k]; m == nil || m.at >= x.bound {
 				continue // updated since: written again by the next commit
@@ -340,7 +402,7 @@ func (h *Hub) finishSweep(x *sweepResult) {
 		e.parked -= s.size
 		if pp != nil {
 			if pp.bytes -= s.size; pp.partials == 0 && pp.bytes <= 0 {
-				delete(h.parking.pipes, s.pipeline)
+				h.parking.drop(s.pipeline, s.revision)
 			}
 		}
 	}
@@ -355,20 +417,17 @@ func (h *Hub) finishSweep(x *sweepResult) {
 	h.parking.oldest = oldest
 }
 
-// restoreParked reads the parked bucket at Open. The records of pipelines
-// now configured are applied as if their partials had just arrived, and
-// the first commit deletes them; the others are counted against their
-// edges' quotas and wait.
+// restoreParked reads the parked bucket at Open. The records of the
+// pipelines and revisions now known are applied as if their partials had
+// just arrived, and the first commit deletes them; the others are counted
+// against their edges' quotas and wait.
 func (h *Hub) restoreParked(tx *bolt.Tx) error {
+	cat := h.cat.Load()
 	b := tx.Bucket(bucketParked)
 	now := h.cfg.Now()
 	expired := subSat(now.UnixMilli(), int64(h.cfg.Retention/time.Millisecond))
 	bound := h.futureBound(now)
-	type unparked struct {
-		partials, dropped int
-		edges             map[string]bool
-	}
-	byPipe := map[*pipe]*unparked{}
+	byRev := map[revKey]*unparked{}
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		bad := func(err error) error { return fmt.Errorf("hub: store: parked key %x: %v: %w", k, err, ErrCorrupt) }
@@ -385,17 +444,19 @@ func (h *Hub) restoreParked(tx *bolt.Tx) error {
 			return bad(err)
 		}
 		e := h.edgeFor(string(pk.edge), 0)
-		pp := h.pipes[string(pk.pipeline)]
+		name := string(pk.pipeline)
+		pp := cat.pipeOf(name, pk.revision)
 		if pp == nil {
 			if err := h.holdParked(pk, payload, e, at, int64(len(k)+len(v))); err != nil {
 				return bad(err)
 			}
 			continue
 		}
-		u := byPipe[pp]
+		rk := revKey{name, pk.revision}
+		u := byRev[rk]
 		if u == nil {
-			u = &unparked{edges: map[string]bool{}}
-			byPipe[pp] = u
+			u = &unparked{pp: pp, edges: map[string]bool{}}
+			byRev[rk] = u
 		}
 		if at < expired {
 			if pk.tag == parkTagPartial {
@@ -408,23 +469,15 @@ func (h *Hub) restoreParked(tx *bolt.Tx) error {
 			if err != nil {
 				return bad(err)
 			}
-			if w = min(w, bound); !e.hasWM[pp.idx] || w > e.wm[pp.idx] {
-				e.wm[pp.idx], e.hasWM[pp.idx], e.dirty = w, true, true
-			}
+			h.unparkWatermark(pp, e, min(w, bound))
 			continue
 		}
 		p, err := parseParkedPartial(payload)
 		if err != nil {
 			return bad(err)
 		}
-		st := pp.scratch.Get().(*aggregate.State)
-		reason := h.unparkable(pp, &p, st)
-		pp.scratch.Put(st)
-		if reason != "" {
-			u.dropped++
-			h.stats.PartialsRefused++
-			h.cfg.Logger.Warn("hub: open: a parked partial does not fit its pipeline; dropped",
-				"pipeline", pp.p.Name, "edge", e.id, "epoch", pk.epoch, "seq", pk.seq, "reason", reason)
+		if reason := h.unparkable(pp, &p); reason != "" {
+			h.dropUnparkable(u, pp, e, &pk, reason)
 			continue
 		}
 		kh := xxhash.Sum64(p.key)
@@ -434,26 +487,65 @@ func (h *Hub) restoreParked(tx *bolt.Tx) error {
 				return err
 			}
 		}
-		h.applyPartial(pp, e, pk.epoch, &runnelv1.Partial{
-			Seq: pk.seq, Pipeline: pp.p.Name, Key: p.key, WindowStart: p.start, WindowEnd: p.end, Version: p.version, State: p.state,
-		})
-		h.stats.PartialsUnparked++
-		u.partials++
-		u.edges[e.id] = true
+		h.unparkPartial(u, pp, e, &pk, &p)
 	}
-	for pp, u := range byPipe {
-		k0 := len(h.ws.buf)
-		h.ws.buf = append(h.ws.buf, pp.prefix...)
-		h.ws.add(opDeleteParked, 0, int32(pp.idx), k0, len(h.ws.buf))
-		h.cfg.Logger.Info("hub: open: applied the partials parked for a pipeline now configured",
-			"pipeline", pp.p.Name, "partials", u.partials, "edges", len(u.edges), "dropped", u.dropped)
+	for rk, u := range byRev {
+		h.deleteParked(rk)
+		h.cfg.Logger.Info("hub: open: applied the partials parked for a pipeline now known",
+			"pipeline", rk.name, "revision", rk.rev, "partials", u.partials, "edges", len(u.edges), "dropped", u.dropped)
 	}
 	return nil
 }
 
+// unparked counts what unparking one (pipeline, revision) applied.
+type unparked struct {
+	pp                *pipe
+	partials, dropped int
+	edges             map[string]bool
+}
+
+// unparkPartial applies parked partial p of edge e (key pk) to pp as if it
+// had just arrived: under the replace-if-newer rule and expiry, its
+// window reloaded first if it was evicted. Caller holds h.mu (or is
+// restore).
+func (h *Hub) unparkPartial(u *unparked, pp *pipe, e *edge, pk *parkedKey, p *parkedPartial) {
+	h.applyPartial(pp, e, pk.epoch, &runnelv1.Partial{
+		Seq: pk.seq, Pipeline: pp.name, Revision: pk.revision, Key: p.key, WindowStart: p.start, WindowEnd: p.end,
+		Version: p.version, State: p.state,
+	})
+	h.stats.PartialsUnparked++
+	u.partials++
+	u.edges[e.id] = true
+}
+
+// dropUnparkable counts and logs a parked partial that does not fit the
+// pipe it would apply to (the edge ran another spec).
+func (h *Hub) dropUnparkable(u *unparked, pp *pipe, e *edge, pk *parkedKey, reason string) {
+	u.dropped++
+	h.stats.PartialsRefused++
+	h.cfg.Logger.Warn("hub: a parked partial does not fit its pipeline; dropped",
+		"pipeline", pp.name, "revision", pk.revision, "edge", e.id, "epoch", pk.epoch, "seq", pk.seq, "reason", reason)
+}
+
+// unparkWatermark takes a parked watermark w of edge e as its watermark of
+// pp.
+func (h *Hub) unparkWatermark(pp *pipe, e *edge, w int64) {
+	if i := pp.idx; !e.hasWM[i] || w > e.wm[i] {
+		e.wm[i], e.hasWM[i], e.dirty = w, true, true
+	}
+}
+
+// deleteParked has the next commit delete the parked records of rk, after
+// it writes what they applied. Caller holds commitMu (or is restore).
+func (h *Hub) deleteParked(rk revKey) {
+	k0 := len(h.ws.buf)
+	h.ws.buf = appendParkedRange(h.ws.buf, rk.name, rk.rev)
+	h.ws.add(opDeleteParked, 0, 0, k0, len(h.ws.buf))
+}
+
 // unparkable says why parked partial p cannot apply to pp ("" when it
-// can); st is scratch for decoding.
-func (h *Hub) unparkable(pp *pipe, p *parkedPartial, st *aggregate.State) string {
+// can).
+func (h *Hub) unparkable(pp *pipe, p *parkedPartial) string {
 	switch {
 	case len(p.key) > maxKeyLen:
 		return fmt.Sprintf("key of %d bytes, at most %d", len(p.key), maxKeyLen)
@@ -464,16 +556,19 @@ func (h *Hub) unparkable(pp *pipe, p *parkedPartial, st *aggregate.State) string
 	case !pp.keyed && len(p.key) > 0:
 		return "a key, and the pipeline has no key fields"
 	}
+	st := pp.scratch.Get().(*aggregate.State)
+	defer pp.scratch.Put(st)
 	if err := pp.set.Decode(st, p.state); err != nil {
 		return fmt.Sprintf("state does not decode with the pipeline's aggregates: %v", err)
 	}
 	return ""
 }
 
-// holdParked counts a parked record of a pipeline still unknown at Open.
+// holdParked counts a parked record of a pipeline or revision still
+// unknown at Open.
 func (h *Hub) holdParked(pk parkedKey, payload []byte, e *edge, at, size int64) error {
 	name := string(pk.pipeline)
-	pp := h.parking.pipe(name)
+	pp := h.parking.pipe(name, pk.revision)
 	if pk.tag == parkTagWatermark {
 		_, w, err := parseParkedWatermark(payload)
 		if err != nil {
@@ -482,7 +577,7 @@ func (h *Hub) holdParked(pk parkedKey, payload []byte, e *edge, at, size int64) 
 		if h.parking.wms == nil {
 			h.parking.wms = map[parkKey]*parkedWM{}
 		}
-		h.parking.wms[parkKey{name, e.idx}] = &parkedWM{wm: w, at: at}
+		h.parking.wms[parkKey{name, pk.revision, e.idx}] = &parkedWM{wm: w, at: at}
 	} else {
 		pp.partials++
 		pp.edges[e.idx]++
@@ -496,18 +591,127 @@ func (h *Hub) holdParked(pk parkedKey, payload []byte, e *edge, at, size int64) 
 // parkedStatus describes what is parked, by pipeline name. Caller holds
 // h.mu.
 func (h *Hub) parkedStatus() []ParkedPipeline {
-	var out []ParkedPipeline
-	for name, pp := range h.parking.pipes {
+	byName := map[string]*ParkedPipeline{}
+	edges := map[string]map[int32]bool{}
+	for rk, pp := range h.parking.pipes {
 		if pp.partials == 0 && pp.bytes <= 0 {
 			continue
 		}
-		p := ParkedPipeline{Pipeline: name, Partials: pp.partials, Bytes: pp.bytes}
+		p := byName[rk.name]
+		if p == nil {
+			p = &ParkedPipeline{Pipeline: rk.name}
+			byName[rk.name] = p
+			edges[rk.name] = map[int32]bool{}
+		}
+		p.Revisions = append(p.Revisions, rk.rev)
+		p.Partials += pp.partials
+		p.Bytes += pp.bytes
 		for i := range pp.edges {
+			edges[rk.name][i] = true
+		}
+	}
+	out := make([]ParkedPipeline, 0, len(byName))
+	for name, p := range byName {
+		for i := range edges[name] {
 			p.Edges = append(p.Edges, h.edges[i].id)
 		}
 		slices.Sort(p.Edges)
-		out = append(out, p)
+		slices.Sort(p.Revisions)
+		out = append(out, *p)
 	}
 	slices.SortFunc(out, func(a, b ParkedPipeline) int { return cmp.Compare(a.Pipeline, b.Pipeline) })
+	if len(out) == 0 {
+		return nil
+	}
 	return out
+}
+
+// parkedItem is one parked partial of the (pipeline, revision) Define
+// makes known: its key, decoded, and its size against the edge's quota.
+// Its slices point into a read transaction or the writeSet's buffer.
+type parkedItem struct {
+	key  []byte
+	pk   parkedKey
+	p    parkedPartial
+	size int64
+}
+
+// readParked returns the parked partials of rk in the store, in key order.
+// The caller holds commitMu, so the store does not change under tx.
+func (h *Hub) readParked(tx *bolt.Tx, rk revKey) ([]parkedItem, error) {
+	var out []parkedItem
+	prefix := appendParkedRange(nil, rk.name, rk.rev)
+	c := tx.Bucket(bucketParked).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		it, ok, err := parseParkedItem(k, v, true)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
+
+// parseParkedItem decodes a parked record (framed when framed, else the
+// bare payload); ok is false for a watermark record.
+func parseParkedItem(k, v []byte, framed bool) (it parkedItem, ok bool, err error) {
+	bad := func(err error) error { return fmt.Errorf("hub: store: parked key %x: %v: %w", k, err, ErrCorrupt) }
+	if it.pk, err = parseParkedKey(k); err != nil {
+		return it, false, bad(err)
+	}
+	payload, size := v, int64(len(k)+len(v))
+	if framed {
+		if payload, err = openRecord(k, v); err != nil {
+			return it, false, err
+		}
+	} else {
+		size += recordHeader
+	}
+	if it.pk.tag == parkTagWatermark {
+		return it, false, nil
+	}
+	if it.p, err = parseParkedPartial(payload); err != nil {
+		return it, false, bad(err)
+	}
+	it.key, it.size = k, size
+	return it, true, nil
+}
+
+// moreParked adds to items (read from the store) the parked partials of rk
+// not yet in it: those of a commit that failed (still in h.ws) and those
+// parked since the last commit, and returns them all in key order,
+// (edge, epoch, seq). Caller holds commitMu and h.mu.
+func (h *Hub) moreParked(items []parkedItem, rk revKey) ([]parkedItem, error) {
+	prefix := appendParkedRange(nil, rk.name, rk.rev)
+	seen := make(map[string]bool, len(items))
+	for _, it := range items {
+		seen[string(it.key)] = true
+	}
+	add := func(k, v []byte, framed bool) error {
+		if !bytes.HasPrefix(k, prefix) || seen[string(k)] {
+			return nil
+		}
+		it, ok, err := parseParkedItem(k, v, framed)
+		if err == nil && ok {
+			seen[string(k)] = true
+			items = append(items, it)
+		}
+		return err
+	}
+	for _, o := range h.ws.ops {
+		if o.kind == opPutParked {
+			if err := add(h.ws.buf[o.k0:o.k1], h.ws.buf[o.v0:o.v1], true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, r := range h.parking.pending {
+		if err := add(r.buf[:r.k], r.buf[r.k:], false); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(items, func(a, b parkedItem) int { return bytes.Compare(a.key, b.key) })
+	return items, nil
 }

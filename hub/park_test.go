@@ -218,7 +218,7 @@ func TestParkQuota(t *testing.T) {
 	other := compile(t, otherYAML)
 	one := partial(other, 0, "k0", 0, 1)
 	size := parkedPartialSize("e", one)
-	quota := 3*size + parkedWatermarkSize("e", "other")
+	quota := 3*size + parkedWatermarkSize("e", "other", 0)
 	th := newTestHub(t, func(c *Config) { c.ParkedQuota = quota })
 	p := th.pipes[0]
 	var ps []*runnelv1.Partial

@@ -15,8 +15,15 @@ import (
 
 // storeFormat is meta/format: the layout version of the whole file.
 // Format 2 put a window's end before its start in partials keys, so that
-// expiry and the resident load at Open are key ranges.
-const storeFormat = 2
+// expiry and the resident load at Open are key ranges. Format 3 added the
+// classes of managed revisions (stored as name@class, their partial and
+// result values carrying revisions) and the revision in parked keys;
+// every record of format 2 reads the same in it (as revision 0), so Open
+// takes a format 2 store and marks it 3.
+const (
+	storeFormat    = 3
+	oldStoreFormat = 2
+)
 
 // recordVersion is the leading byte of every value.
 const recordVersion = 1
@@ -198,19 +205,32 @@ func parsePartialKey(k []byte) (partialKey, error) {
 	return pk, nil
 }
 
-// Partial value payload: u64 epoch | u64 seq | u32 version | state.
-func appendPartialValue(dst []byte, epoch, seq uint64, version uint32, state []byte) []byte {
+// Partial value payload: u64 epoch | u64 seq | u32 version | state; in a
+// class of managed revisions (managed), u32 revision follows the version.
+func appendPartialValue(dst []byte, epoch, seq uint64, version uint32, managed bool, revision uint32, state []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, epoch)
 	dst = binary.BigEndian.AppendUint64(dst, seq)
 	dst = binary.BigEndian.AppendUint32(dst, version)
+	if managed {
+		dst = binary.BigEndian.AppendUint32(dst, revision)
+	}
 	return append(dst, state...)
 }
 
-func parsePartialValue(p []byte) (epoch, seq uint64, version uint32, state []byte, err error) {
-	if len(p) < 20 {
-		return 0, 0, 0, nil, errors.New("short partial value")
+func parsePartialValue(p []byte, managed bool) (epoch, seq uint64, version, revision uint32, state []byte, err error) {
+	n := 20
+	if managed {
+		n = 24
 	}
-	return binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:]), binary.BigEndian.Uint32(p[16:]), p[20:], nil
+	if len(p) < n {
+		return 0, 0, 0, 0, nil, errors.New("short partial value")
+	}
+	if managed {
+		if revision = binary.BigEndian.Uint32(p[20:]); revision == 0 {
+			return 0, 0, 0, 0, nil, errors.New("revision 0 in a class of managed revisions")
+		}
+	}
+	return binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:]), binary.BigEndian.Uint32(p[16:]), revision, p[n:], nil
 }
 
 // Window value payload: u32 last emitted version.
@@ -249,18 +269,45 @@ func parseResultKey(k []byte) (start, end int64, key []byte, version uint32, err
 	return start, end, key, binary.BigEndian.Uint32(k[len(k)-4:]), nil
 }
 
-// Result value payload: u32 edges | i64 emitted (Unix ms) | state.
-func appendResultValue(dst []byte, edges uint32, emitted int64, state []byte) []byte {
+// Result value payload: u32 edges | i64 emitted (Unix ms) | state; in a
+// class of managed revisions (managed), uvarint n | n × u32 revision
+// (ascending, distinct) before the state. revs is ignored otherwise.
+func appendResultValue(dst []byte, edges uint32, emitted int64, managed bool, revs []uint32, state []byte) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, edges)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(emitted))
+	if managed {
+		dst = binary.AppendUvarint(dst, uint64(len(revs)))
+		for _, r := range revs {
+			dst = binary.BigEndian.AppendUint32(dst, r)
+		}
+	}
 	return append(dst, state...)
 }
 
-func parseResultValue(p []byte) (edges uint32, emitted int64, state []byte, err error) {
+// parseResultValue parses a result value; the revisions are appended to
+// revs[:0] (nil when not managed).
+func parseResultValue(p []byte, managed bool, revs []uint32) (edges uint32, emitted int64, outRevs []uint32, state []byte, err error) {
 	if len(p) < 12 {
-		return 0, 0, nil, errors.New("short result value")
+		return 0, 0, nil, nil, errors.New("short result value")
 	}
-	return binary.BigEndian.Uint32(p), int64(binary.BigEndian.Uint64(p[4:])), p[12:], nil
+	edges, emitted, p = binary.BigEndian.Uint32(p), int64(binary.BigEndian.Uint64(p[4:])), p[12:]
+	if !managed {
+		return edges, emitted, nil, p, nil
+	}
+	n, w := binary.Uvarint(p)
+	if w <= 0 || w != uvarintLen(n) || n == 0 || n > uint64(len(p)-w)/4 {
+		return 0, 0, nil, nil, errors.New("bad revision count")
+	}
+	p = p[w:]
+	revs = revs[:0]
+	for i := range int(n) {
+		r := binary.BigEndian.Uint32(p[4*i:])
+		if r == 0 || i > 0 && r <= revs[i-1] {
+			return 0, 0, nil, nil, errors.New("revisions not ascending from 1")
+		}
+		revs = append(revs, r)
+	}
+	return edges, emitted, revs, p[4*n:], nil
 }
 
 // edgeRecord is the edges bucket's value for one edge.
@@ -339,24 +386,47 @@ func parsePipelineValue(p []byte) (hasWM bool, wm int64, results uint64, err err
 	return p[0] == 1, int64(binary.BigEndian.Uint64(p[1:])), binary.BigEndian.Uint64(p[9:]), nil
 }
 
-// Keys of the parked bucket: pipe prefix | u8 len(edge) | edge | tag, and
-// for a partial u64 epoch | u64 seq. A pipeline's records are one key
-// range, an edge's in it are adjacent, its watermark first and then its
-// partials in (epoch, seq) order.
+// Keys of the parked bucket: revision prefix | u8 len(edge) | edge | tag,
+// and for a partial u64 epoch | u64 seq. The revision prefix is the pipe
+// prefix of the pipeline's name for revision 0 (as format 2 wrote every
+// key), 0x00 | pipe prefix | u32 revision for a managed revision: no pipe
+// prefix begins with 0x00 (names are not empty). The records of one
+// (pipeline, revision) are one key range, an edge's in it are adjacent,
+// its watermark first and then its partials in (epoch, seq) order.
 const (
 	parkTagWatermark = 0x00
 	parkTagPartial   = 0x01
+	parkManaged      = 0x00 // leads the keys of managed revisions
 )
 
-func appendParkedPrefix(dst []byte, pipeline, edge string, tag byte) []byte {
+// appendParkedRange appends the prefix of the parked records of
+// (pipeline, revision).
+func appendParkedRange(dst []byte, pipeline string, revision uint32) []byte {
+	if revision == 0 {
+		return appendPipePrefix(dst, pipeline)
+	}
+	dst = append(dst, parkManaged)
 	dst = appendPipePrefix(dst, pipeline)
+	return binary.BigEndian.AppendUint32(dst, revision)
+}
+
+// parkedRangeLen is len(appendParkedRange(nil, pipeline, revision)).
+func parkedRangeLen(pipeline string, revision uint32) int {
+	if revision == 0 {
+		return 1 + len(pipeline)
+	}
+	return 1 + 1 + len(pipeline) + 4
+}
+
+func appendParkedPrefix(dst []byte, pipeline string, revision uint32, edge string, tag byte) []byte {
+	dst = appendParkedRange(dst, pipeline, revision)
 	dst = append(dst, byte(len(edge)))
 	dst = append(dst, edge...)
 	return append(dst, tag)
 }
 
-func appendParkedPartialKey(dst []byte, pipeline, edge string, epoch, seq uint64) []byte {
-	dst = appendParkedPrefix(dst, pipeline, edge, parkTagPartial)
+func appendParkedPartialKey(dst []byte, pipeline string, revision uint32, edge string, epoch, seq uint64) []byte {
+	dst = appendParkedPrefix(dst, pipeline, revision, edge, parkTagPartial)
 	dst = binary.BigEndian.AppendUint64(dst, epoch)
 	return binary.BigEndian.AppendUint64(dst, seq)
 }
@@ -364,17 +434,30 @@ func appendParkedPartialKey(dst []byte, pipeline, edge string, epoch, seq uint64
 // parkedKey is a decoded key of the parked bucket.
 type parkedKey struct {
 	pipeline, edge []byte
+	revision       uint32
 	tag            byte
 	epoch, seq     uint64 // parkTagPartial only
 }
 
 func parseParkedKey(k []byte) (parkedKey, error) {
 	var pk parkedKey
-	if len(k) < 1 || len(k) < 1+int(k[0])+1 {
+	managed := len(k) > 0 && k[0] == parkManaged
+	if managed {
+		k = k[1:]
+	}
+	if len(k) < 1 || k[0] == 0 || len(k) < 1+int(k[0])+1 {
 		return pk, errors.New("short parked key")
 	}
 	n := int(k[0])
 	pk.pipeline, k = k[1:1+n], k[1+n:]
+	if managed {
+		if len(k) < 4+1 {
+			return pk, errors.New("short parked key")
+		}
+		if pk.revision, k = binary.BigEndian.Uint32(k), k[4:]; pk.revision == 0 {
+			return pk, errors.New("managed revision 0")
+		}
+	}
 	m := int(k[0])
 	if len(k) < 1+m+1 {
 		return pk, errors.New("short parked key")

@@ -34,12 +34,16 @@ type results struct {
 	s *Server
 }
 
+// ListPipelines lists what the hub merges: each local pipeline, and each
+// compatibility class of managed revisions (with its revisions), so that
+// one name may be listed more than once.
 func (r *results) ListPipelines(ctx context.Context, _ *runnelv1.ListPipelinesRequest) (*runnelv1.ListPipelinesResponse, error) {
 	infos := r.s.core.Pipelines()
 	out := &runnelv1.ListPipelinesResponse{Pipelines: make([]*runnelv1.Pipeline, 0, len(infos))}
 	for _, in := range infos {
 		p := in.Pipeline
-		pb := &runnelv1.Pipeline{Name: p.Name, KeyFields: p.KeyFields(), Window: windowText(p.Spec.Window), Results: in.Results}
+		pb := &runnelv1.Pipeline{Name: p.Name, KeyFields: p.KeyFields(), Window: windowText(p.Spec.Window), Results: in.Results,
+			Revisions: in.Revisions, CompatClass: in.Class}
 		for _, a := range p.Spec.Aggregates {
 			pb.Aggregates = append(pb.Aggregates, fmt.Sprintf("%s: %s(%s)", a.Name, a.Func, strings.Join(a.Args, ", ")))
 		}
@@ -83,7 +87,8 @@ func (r *results) ListEdges(ctx context.Context, _ *runnelv1.ListEdgesRequest) (
 	return out, nil
 }
 
-// pipeline returns the named pipeline, or NotFound.
+// pipeline returns the spec of what a subscription of name reads (the
+// latest managed revision's, or the local pipeline's), or NotFound.
 func (s *Server) pipeline(name string) (*operators.Pipeline, error) {
 	if name == "" {
 		return nil, status.Error(codes.InvalidArgument, "pipeline: required")
@@ -107,12 +112,78 @@ func key(p *operators.Pipeline, fields map[string]string) ([]byte, error) {
 	return k, nil
 }
 
-func (r *results) QueryResults(ctx context.Context, req *runnelv1.QueryResultsRequest) (*runnelv1.QueryResultsResponse, error) {
-	p, err := r.s.pipeline(req.Pipeline)
-	if err != nil {
-		return nil, err
+// entryOf returns the entry of infos (one per local pipeline and per class
+// of managed revisions) that a query of name at revision reads, as
+// hub.Query resolves it: revision 0 the class of the latest managed
+// revision, or the local pipeline; another revision the class holding it.
+func entryOf(infos []hub.PipelineInfo, name string, revision uint32) *hub.PipelineInfo {
+	var local, latest *hub.PipelineInfo
+	var top uint32
+	for i := range infos {
+		in := &infos[i]
+		switch {
+		case in.Pipeline.Name != name:
+		case in.Class == 0:
+			local = in
+		case revision != 0 && slices.Contains(in.Revisions, revision):
+			return in
+		case len(in.Revisions) > 0 && in.Revisions[len(in.Revisions)-1] > top:
+			latest, top = in, in.Revisions[len(in.Revisions)-1]
+		}
 	}
-	q := hub.Query{Pipeline: p.Name, From: req.FromMs, To: req.ToMs, AllVersions: req.AllVersions, Limit: int(req.Limit)}
+	switch {
+	case revision != 0:
+		return nil
+	case latest != nil:
+		return latest
+	}
+	return local
+}
+
+// classEntry returns name's entry of class (0: local), or nil.
+func classEntry(infos []hub.PipelineInfo, name string, class uint32) *hub.PipelineInfo {
+	for i := range infos {
+		if in := &infos[i]; in.Pipeline.Name == name && in.Class == class {
+			return in
+		}
+	}
+	return nil
+}
+
+// QueryResults queries one local pipeline, or one class of managed
+// revisions (req.revision), with the class's spec for the key and the
+// values. A page token keeps the class of the page before it.
+func (r *results) QueryResults(ctx context.Context, req *runnelv1.QueryResultsRequest) (*runnelv1.QueryResultsResponse, error) {
+	if req.Pipeline == "" {
+		return nil, status.Error(codes.InvalidArgument, "pipeline: required")
+	}
+	q := hub.Query{Pipeline: req.Pipeline, Revision: req.Revision, From: req.FromMs, To: req.ToMs, AllVersions: req.AllVersions, Limit: int(req.Limit)}
+	var err error
+	if req.PageToken != "" {
+		if q.After, err = base64.RawURLEncoding.DecodeString(req.PageToken); err != nil || len(q.After) == 0 {
+			return nil, status.Error(codes.InvalidArgument, "page_token: not a token from a previous response")
+		}
+	}
+	infos := r.s.core.Pipelines()
+	var in *hub.PipelineInfo
+	if q.After != nil {
+		class, ok := hub.CursorClass(q.After)
+		if in = classEntry(infos, req.Pipeline, class); !ok || in == nil {
+			return nil, status.Error(codes.InvalidArgument, "page_token: not a token from a previous response for this pipeline")
+		}
+		if req.Revision != 0 && !slices.Contains(in.Revisions, req.Revision) {
+			return nil, status.Errorf(codes.InvalidArgument, "page_token: of compat class %d, which does not hold revision %d", class, req.Revision)
+		}
+	} else if in = entryOf(infos, req.Pipeline, req.Revision); in == nil {
+		if req.Revision != 0 && r.s.core.Pipeline(req.Pipeline) != nil {
+			return nil, status.Errorf(codes.NotFound, "pipeline %q: no revision %d merged by this hub", req.Pipeline, req.Revision)
+		}
+		return nil, status.Errorf(codes.NotFound, "pipeline %q: not merged by this hub", req.Pipeline)
+	} else if q.Revision == 0 && in.Class != 0 {
+		// Pin the class resolved here, whatever Define adds meanwhile.
+		q.Revision = in.Revisions[len(in.Revisions)-1]
+	}
+	p := in.Pipeline
 	if q.Key, err = key(p, req.Key); err != nil {
 		return nil, err
 	}
@@ -126,11 +197,6 @@ func (r *results) QueryResults(ctx context.Context, req *runnelv1.QueryResultsRe
 	case q.Limit > maxLimit:
 		q.Limit = maxLimit
 	}
-	if req.PageToken != "" {
-		if q.After, err = base64.RawURLEncoding.DecodeString(req.PageToken); err != nil || len(q.After) == 0 {
-			return nil, status.Error(codes.InvalidArgument, "page_token: not a token from a previous response")
-		}
-	}
 	rs, next, err := r.s.core.Query(q)
 	if err != nil {
 		return nil, coreError(err)
@@ -138,6 +204,11 @@ func (r *results) QueryResults(ctx context.Context, req *runnelv1.QueryResultsRe
 	out := &runnelv1.QueryResultsResponse{Results: make([]*runnelv1.Result, 0, len(rs))}
 	st := p.Aggregates.New()
 	for i := range rs {
+		if rs[i].Class != in.Class {
+			// A local pipeline's name got managed revisions between the
+			// two calls: the results are another spec's.
+			return nil, status.Errorf(codes.Aborted, "pipeline %q: its revisions changed during the query; query again", req.Pipeline)
+		}
 		pb, err := render(p, &rs[i], st)
 		if err != nil {
 			return nil, err
@@ -150,15 +221,21 @@ func (r *results) QueryResults(ctx context.Context, req *runnelv1.QueryResultsRe
 	return out, nil
 }
 
-// Subscribe streams results as the core emits them. The stream ends with
-// Unavailable when the core drops the subscription (the subscriber fell
-// behind, or the hub is closing): resubscribe, then query from the last
-// window seen to fill the gap.
+// Subscribe streams results as the core emits them: those of the latest
+// managed revision's class (or of the local pipeline). The stream ends
+// with Unavailable when the core drops the subscription (the subscriber
+// fell behind, the hub is closing, or a revision of another class became
+// the latest): resubscribe, then query from the last window seen to fill
+// the gap.
 func (r *results) Subscribe(req *runnelv1.SubscribeRequest, stream grpc.ServerStreamingServer[runnelv1.Result]) error {
-	p, err := r.s.pipeline(req.Pipeline)
-	if err != nil {
-		return err
+	if req.Pipeline == "" {
+		return status.Error(codes.InvalidArgument, "pipeline: required")
 	}
+	in := entryOf(r.s.core.Pipelines(), req.Pipeline, 0)
+	if in == nil {
+		return status.Errorf(codes.NotFound, "pipeline %q: not merged by this hub", req.Pipeline)
+	}
+	p := in.Pipeline
 	k, err := key(p, req.Key)
 	if err != nil {
 		return err
@@ -179,7 +256,12 @@ func (r *results) Subscribe(req *runnelv1.SubscribeRequest, stream grpc.ServerSt
 				if ctx.Err() != nil {
 					return nil
 				}
-				return status.Error(codes.Unavailable, "subscription dropped (fell behind, or the hub is closing); resubscribe and query the gap")
+				return status.Error(codes.Unavailable, "subscription dropped (fell behind, the hub is closing, or a revision of another class became the latest); resubscribe and query the gap")
+			}
+			if res.Class != in.Class {
+				// The core resolved another class than in: Define ran
+				// between the two calls.
+				return status.Error(codes.Unavailable, "the pipeline's latest revision changed as the subscription began; resubscribe")
 			}
 			pb, err := render(p, &res, st)
 			if err != nil {
@@ -220,7 +302,7 @@ func render(p *operators.Pipeline, r *hub.Result, st *aggregate.State) (*runnelv
 	}
 	return &runnelv1.Result{
 		Pipeline: p.Name, Key: k, WindowStart: r.Start, WindowEnd: r.End, Version: r.Version,
-		Values: vals, Edges: r.Edges, EmittedMs: r.Emitted,
+		Values: vals, Edges: r.Edges, EmittedMs: r.Emitted, Revisions: r.Revisions,
 	}, nil
 }
 

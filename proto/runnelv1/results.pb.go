@@ -112,8 +112,15 @@ type Pipeline struct {
 	Aggregates []string `protobuf:"bytes,4,rep,name=aggregates,proto3" json:"aggregates,omitempty"`
 	// watermark_ms: the hub watermark (min over live edges); absent before
 	// any edge reported one.
-	WatermarkMs   *int64 `protobuf:"varint,5,opt,name=watermark_ms,json=watermarkMs,proto3,oneof" json:"watermark_ms,omitempty"`
-	Results       uint64 `protobuf:"varint,6,opt,name=results,proto3" json:"results,omitempty"`
+	WatermarkMs *int64 `protobuf:"varint,5,opt,name=watermark_ms,json=watermarkMs,proto3,oneof" json:"watermark_ms,omitempty"`
+	Results     uint64 `protobuf:"varint,6,opt,name=results,proto3" json:"results,omitempty"`
+	// revisions: the managed revisions merged as this entry, ascending
+	// (empty: a local pipeline, revision 0). A pipeline name with managed
+	// revisions of several compatibility classes is listed once per class.
+	Revisions []uint32 `protobuf:"varint,7,rep,packed,name=revisions,proto3" json:"revisions,omitempty"`
+	// compat_class: the class of those revisions, its first revision (0: a
+	// local pipeline). Query with any of revisions to read this entry.
+	CompatClass   uint32 `protobuf:"varint,8,opt,name=compat_class,json=compatClass,proto3" json:"compat_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,6 +193,20 @@ func (x *Pipeline) GetWatermarkMs() int64 {
 func (x *Pipeline) GetResults() uint64 {
 	if x != nil {
 		return x.Results
+	}
+	return 0
+}
+
+func (x *Pipeline) GetRevisions() []uint32 {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
+func (x *Pipeline) GetCompatClass() uint32 {
+	if x != nil {
+		return x.CompatClass
 	}
 	return 0
 }
@@ -689,7 +710,7 @@ const file_runnel_v1_results_proto_rawDesc = "" +
 	"\x17runnel/v1/results.proto\x12\trunnel.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16runnel/v1/uplink.proto\"\x16\n" +
 	"\x14ListPipelinesRequest\"J\n" +
 	"\x15ListPipelinesResponse\x121\n" +
-	"\tpipelines\x18\x01 \x03(\v2\x13.runnel.v1.PipelineR\tpipelines\"\xc8\x01\n" +
+	"\tpipelines\x18\x01 \x03(\v2\x13.runnel.v1.PipelineR\tpipelines\"\x89\x02\n" +
 	"\bPipeline\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -699,7 +720,9 @@ const file_runnel_v1_results_proto_rawDesc = "" +
 	"aggregates\x18\x04 \x03(\tR\n" +
 	"aggregates\x12&\n" +
 	"\fwatermark_ms\x18\x05 \x01(\x03H\x00R\vwatermarkMs\x88\x01\x01\x12\x18\n" +
-	"\aresults\x18\x06 \x01(\x04R\aresultsB\x0f\n" +
+	"\aresults\x18\x06 \x01(\x04R\aresults\x12\x1c\n" +
+	"\trevisions\x18\a \x03(\rR\trevisions\x12!\n" +
+	"\fcompat_class\x18\b \x01(\rR\vcompatClassB\x0f\n" +
 	"\r_watermark_ms\"\x12\n" +
 	"\x10ListEdgesRequest\":\n" +
 	"\x11ListEdgesResponse\x12%\n" +
