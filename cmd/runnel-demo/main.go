@@ -1,6 +1,10 @@
-// Command runnel-demo runs runnel end to end in one process: an embedded
-// MQTT broker, a fleet of simulated edges and a hub, printing the hub's
-// merged results live. Ctrl-C stops it.
+// Command runnel-demo runs runnel end to end in one process: a hub with its
+// fleet API and a fleet of simulated gateways (each with its own embedded
+// MQTT broker and sensors) that start with no pipelines. An operator
+// applies a pipeline through the API, deploys it, and later rolls a second
+// revision out with a canary; the output shows the hub's merged results
+// live and each gateway switching revision. One gateway goes offline
+// meanwhile and catches up. Ctrl-C stops it; `make run` runs it.
 package main
 
 import (
@@ -11,21 +15,21 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/runnel-io/runnel/internal/demo"
 )
 
 func main() {
-	var opts demo.Options
+	var opts Options
 	flag.IntVar(&opts.Edges, "edges", 3, "simulated edge gateways")
 	flag.DurationVar(&opts.Duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
-	flag.DurationVar(&opts.OfflineAt, "offline-at", 0, "when the last edge goes offline (default 12s)")
+	flag.DurationVar(&opts.OfflineAt, "offline-at", 0, "when the last edge goes offline (default 20s)")
 	flag.DurationVar(&opts.OfflineFor, "offline-for", 0, "how long it stays offline (default 15s; negative: never)")
+	flag.DurationVar(&opts.Rollout, "rollout-at", 0, "when revision 2 rolls out (default 24s)")
 	flag.StringVar(&opts.GRPCAddr, "grpc-addr", "", "hub gRPC listener (default 127.0.0.1:7443, or a free port)")
 	flag.StringVar(&opts.HTTPAddr, "http-addr", "", "hub REST listener (default 127.0.0.1:7080, or a free port)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := demo.Run(ctx, opts); err != nil {
+	if err := Run(ctx, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "runnel-demo:", err)
 		os.Exit(1)
 	}

@@ -10,16 +10,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-	"time"
 
 	"github.com/runnel-io/runnel/examples"
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/hub/config"
+	"github.com/runnel-io/runnel/hub/fleet"
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
@@ -41,13 +40,6 @@ func main() {
 	}
 }
 
-// openFleet opens the control plane's store in the hub's data dir and
-// starts it, advancing rollouts every tick; its Closer stops it and closes
-// the store, and is called after the server has shut down. Nil: this
-// build has no control plane, and the Fleet and Control services answer
-// Unimplemented as with fleet.enabled false.
-var openFleet func(dir string, tick time.Duration, lg *slog.Logger) (server.FleetCore, io.Closer, error)
-
 // run runs the hub until ctx ends, then shuts the server down and closes
 // the store.
 func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
@@ -62,7 +54,10 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 		return err
 	}
 	lg := c.Log.Logger(logOut)
-	if len(c.Pipelines) == 0 {
+	switch {
+	case len(c.Pipelines) == 0 && c.Fleet.Enabled:
+		lg.Info("runnel-hub: no pipelines configured; merging the pipelines managed through the fleet API")
+	case len(c.Pipelines) == 0:
 		p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)
 		if err != nil {
 			return err
@@ -73,34 +68,42 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return err
 	}
-	h, err := hub.Open(hub.Config{
+	hc := hub.Config{
 		Dir: c.DataDir, Pipelines: ps, KeyGroups: c.Merge.KeyGroups, EdgeTimeout: c.Merge.EdgeTimeout,
 		Retention: c.Merge.Retention, Resident: c.Merge.Resident, CommitInterval: c.Merge.CommitInterval,
 		MaxFuture: c.Merge.MaxFuture, Logger: lg,
-	})
+	}
+	// With the fleet API, its store (fleet.db) opens first: the hub
+	// opens knowing every managed revision (fleet.OpenWithHub).
+	var (
+		h  *hub.Hub
+		fl *fleet.Fleet
+	)
+	if c.Fleet.Enabled {
+		h, fl, err = fleet.OpenWithHub(c.DataDir, fleet.Options{Tick: c.Fleet.Tick, Logger: lg}, hc)
+	} else {
+		h, err = hub.Open(hc)
+	}
 	if err != nil {
 		return fmt.Errorf("open the hub store in %s: %w", c.DataDir, err)
 	}
-	var fleet server.FleetCore
+	var fc server.FleetCore
 	closeAll := h.Close
-	if c.Fleet.Enabled && openFleet != nil {
-		var fc io.Closer
-		if fleet, fc, err = openFleet(c.DataDir, c.Fleet.Tick, lg); err != nil {
-			return errors.Join(fmt.Errorf("open the fleet store in %s: %w", c.DataDir, err), h.Close())
-		}
-		closeAll = func() error { return errors.Join(fc.Close(), h.Close()) }
+	if fl != nil {
+		fc = fl
+		closeAll = func() error { return errors.Join(fl.Close(), h.Close()) }
 	}
 	srv, err := server.New(h, server.Config{
 		GRPCAddr: c.GRPC.Addr, HTTPAddr: c.HTTP.Addr,
 		CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, Insecure: c.Plaintext(),
 		EdgeTokens: c.Auth.EdgeTokens, APIToken: c.Auth.APIToken,
-		Fleet:   fleet,
+		Fleet:   fc,
 		Version: version(), Logger: lg,
 	})
 	if err != nil {
 		return errors.Join(err, closeAll())
 	}
-	lg.Info("runnel-hub: ready", "pipelines", len(ps), "edges_with_tokens", len(c.Auth.EdgeTokens), "data_dir", c.DataDir, "fleet", fleet != nil)
+	lg.Info("runnel-hub: ready", "pipelines", len(ps), "edges_with_tokens", len(c.Auth.EdgeTokens), "data_dir", c.DataDir, "fleet", fl != nil)
 	err = srv.Serve(ctx, c.ShutdownTimeout)
 	lg.Info("runnel-hub: stopping")
 	return errors.Join(err, closeAll())

@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -19,10 +19,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/runnel-io/runnel/examples"
 	"github.com/runnel-io/runnel/hub/config"
-	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/operators/spec"
-	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,14 +53,15 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// TestRun starts the hub from an empty config plus addresses, waits for
+// TestRun starts the hub from an empty config plus addresses (without the
+// fleet API: the built-in demo pipeline is merged), waits for
 // /healthz and stops it as SIGTERM does (the context ends).
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte("gw-1 0123456789abcdef0123\n"), 0o600)
 	httpAddr := freeAddr(t)
-	args := []string{"--data-dir", filepath.Join(dir, "data"), "--grpc-addr", freeAddr(t), "--edge-tokens-file", tokens}
+	args := []string{"--data-dir", filepath.Join(dir, "data"), "--grpc-addr", freeAddr(t), "--edge-tokens-file", tokens, "--fleet-enabled=false"}
 	env := []string{"RUNNEL_HUB_HTTP_ADDR=" + httpAddr}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -181,68 +181,58 @@ func TestRunListsEveryProblem(t *testing.T) {
 	}
 }
 
-// seamFleet is the FleetCore the openFleet seam returns in TestRunFleet:
-// only ListPipelines is called.
-type seamFleet struct {
-	server.FleetCore // nil
-}
-
-func (seamFleet) ListPipelines() []*runnelv1.ManagedPipeline {
-	return []*runnelv1.ManagedPipeline{{Name: "from-the-seam"}}
-}
-
-type closeFunc func() error
-
-func (f closeFunc) Close() error { return f() }
-
-// TestRunFleet: run opens the fleet through openFleet with the data dir
-// and fleet.tick, serves it (/v1/fleet/...), and closes it after the
-// server; with fleet.enabled false it opens none and the API answers 501.
+// TestRunFleet: with fleet.enabled the hub serves its fleet store
+// (/v1/fleet/...) from fleet.db in the data dir, and a pipeline applied
+// there is still there after a restart; with fleet.enabled false the
+// Fleet API answers 501.
 func TestRunFleet(t *testing.T) {
-	defer func(f func(string, time.Duration, *slog.Logger) (server.FleetCore, io.Closer, error)) { openFleet = f }(openFleet)
-	for _, enabled := range []bool{true, false} {
-		var gotDir string
-		var gotTick time.Duration
-		closed := 0
-		openFleet = func(dir string, tick time.Duration, _ *slog.Logger) (server.FleetCore, io.Closer, error) {
-			gotDir, gotTick = dir, tick
-			return seamFleet{}, closeFunc(func() error { closed++; return nil }), nil
-		}
-		dir := t.TempDir()
+	dir := t.TempDir()
+	for i, enabled := range []bool{true, true, false} {
 		httpAddr := freeAddr(t)
 		args := []string{"--data-dir", filepath.Join(dir, "data"), "--grpc-addr", freeAddr(t), "--http-addr", httpAddr,
 			"--fleet-tick", "250ms", fmt.Sprintf("--fleet-enabled=%v", enabled)}
+		env := []string{"RUNNEL_HUB_API_TOKEN=admin-token-0123456789"}
 		ctx, cancel := context.WithCancel(context.Background())
 		var logs lockedBuffer
 		done := make(chan error, 1)
-		go func() { done <- run(ctx, args, nil, &logs) }()
+		go func() { done <- run(ctx, args, env, &logs) }()
 
 		client := &http.Client{Timeout: time.Second}
-		var code int
-		var body string
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			resp, err := client.Get("http://" + httpAddr + "/v1/fleet/pipelines")
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				code, body = resp.StatusCode, string(b)
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no HTTP listener: %v\n%s", err, logs.String())
+		call := func(method, path, body string) (int, string) {
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				req, _ := http.NewRequest(method, "http://"+httpAddr+path, strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer admin-token-0123456789")
+				resp, err := client.Do(req)
+				if err == nil {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					return resp.StatusCode, string(b)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no HTTP listener: %v\n%s", err, logs.String())
+				}
 			}
 		}
+		if i == 0 {
+			spec, _ := json.Marshal(map[string]string{"spec": string(examples.LineTemps), "file": "line-temps.yaml"})
+			if code, body := call("POST", "/v1/fleet/pipelines", string(spec)); code != 200 {
+				t.Fatalf("apply a pipeline: %d %s", code, body)
+			}
+		}
+		code, body := call("GET", "/v1/fleet/pipelines", "")
 		client.CloseIdleConnections()
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if enabled {
-			if code != 200 || !strings.Contains(body, "from-the-seam") || gotDir != filepath.Join(dir, "data") || gotTick != 250*time.Millisecond || closed != 1 {
-				t.Errorf("fleet enabled: %d %s; openFleet(%q, %v), closed %d times", code, body, gotDir, gotTick, closed)
-			}
-		} else if code != 501 || gotDir != "" || closed != 0 {
-			t.Errorf("fleet disabled: %d %s; openFleet(%q), closed %d times", code, body, gotDir, closed)
+		switch {
+		case enabled && (code != 200 || !strings.Contains(body, `"name":"line-temps"`)):
+			t.Errorf("run %d: fleet pipelines: %d %s", i, code, body)
+		case !enabled && code != 501:
+			t.Errorf("fleet disabled: %d %s", code, body)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "fleet.db")); err != nil {
+		t.Error(err)
 	}
 }
