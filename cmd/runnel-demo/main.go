@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
 )
 
 func main() {
