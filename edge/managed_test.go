@@ -182,9 +182,12 @@ func TestManagedChangeExactlyOnce(t *testing.T) {
 				set2.Pipelines[0].CompatClass = 1
 			}
 			applied := make(chan error, 1)
+			// The switch is asked for once the first half is in (so that
+			// revision 1 has fired windows), while the rest streams in.
 			for i, r := range rs {
 				pub.MustPublish("m/"+r.dev, fmt.Appendf(nil, `{"dev":%q,"ts":%d}`, r.dev, r.ts), 1)
 				if i == len(rs)/2 {
+					waitFed(t, n, uint64(i+1))
 					go func() { applied <- n.apply(context.Background(), set2, mustCompile(set2)) }()
 				}
 			}
