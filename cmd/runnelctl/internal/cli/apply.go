@@ -295,6 +295,13 @@ func (a *app) applyPipeline(ctx context.Context, fc runnelv1.FleetClient, p *man
 			return o, a.wrap(err, "%s", what)
 		default:
 			latest = mp.GetLatestRevision()
+			// The same spec at other lines (moved within its file, or
+			// into a file of several documents) is sent as the hub has
+			// it, so that it adds no revision: its problems, the only
+			// reason for the file's line numbers, were none.
+			if l := latest.GetSpec(); l != string(p.Spec) && strings.TrimLeft(l, "\n") == strings.TrimLeft(string(p.Spec), "\n") {
+				p.Spec = []byte(l)
+			}
 		}
 	}
 	cctx, cancel := a.call(ctx)
@@ -380,7 +387,7 @@ func (a *app) applyDeployment(ctx context.Context, fc runnelv1.FleetClient, d *m
 // deploymentYAML renders a deployment spec as a manifest document, for
 // diffs and describe.
 func deploymentYAML(s *runnelv1.DeploymentSpec) string {
-	out, err := yaml.Marshal(manifest.DeploymentNode(s))
+	out, err := yaml.Dump(manifest.DeploymentNode(s), yaml.WithLineWidth(-1))
 	if err != nil {
 		return err.Error()
 	}

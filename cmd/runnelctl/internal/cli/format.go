@@ -111,19 +111,25 @@ func (a *app) now() time.Time {
 // is small: 45s, 3m12s, 15m, 3h5m, 15h, 2d3h, 12d.
 func short(d time.Duration) string {
 	s := int64(d / time.Second)
+	two := func(a int64, ua string, b int64, ub string) string {
+		if b == 0 {
+			return fmt.Sprintf("%d%s", a, ua)
+		}
+		return fmt.Sprintf("%d%s%d%s", a, ua, b, ub)
+	}
 	switch {
 	case s < 60:
 		return fmt.Sprintf("%ds", s)
 	case s < 600:
-		return fmt.Sprintf("%dm%ds", s/60, s%60)
+		return two(s/60, "m", s%60, "s")
 	case s < 3600:
 		return fmt.Sprintf("%dm", s/60)
 	case s < 10*3600:
-		return fmt.Sprintf("%dh%dm", s/3600, s%3600/60)
+		return two(s/3600, "h", s%3600/60, "m")
 	case s < 86400:
 		return fmt.Sprintf("%dh", s/3600)
 	case s < 10*86400:
-		return fmt.Sprintf("%dd%dh", s/86400, s%86400/3600)
+		return two(s/86400, "d", s%86400/3600, "h")
 	}
 	return fmt.Sprintf("%dd", s/86400)
 }
@@ -222,7 +228,7 @@ func printProto(w io.Writer, m proto.Message, format string) error {
 		return err
 	}
 	blockStyle(&n)
-	out, err := yaml.Marshal(&n)
+	out, err := yaml.Dump(&n, yaml.WithLineWidth(-1))
 	if err != nil {
 		return err
 	}

@@ -91,7 +91,7 @@ a state other than running follows a colon (name@2:failed).`,
 func maxArgs(names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) > len(names) {
-			return usagef("%s takes at most %d argument(s): %s; got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+			return usagef("%s takes at most %d argument(s): %s; got %d", commandName(cmd), len(names), strings.Join(names, " "), len(args))
 		}
 		return nil
 	}

@@ -241,7 +241,7 @@ func (a *app) call(ctx context.Context) (context.Context, context.CancelFunc) {
 func exactArgs(names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != len(names) {
-			return usagef("%s takes %d argument(s): %s; got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+			return usagef("%s takes %d argument(s): %s; got %d", commandName(cmd), len(names), strings.Join(names, " "), len(args))
 		}
 		return nil
 	}
@@ -255,4 +255,9 @@ func checkOutput(o string, allowed ...string) error {
 		}
 	}
 	return usagef("-o %s: use %s", o, strings.Join(allowed, ", "))
+}
+
+// commandName is the command's path without the program's name.
+func commandName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), "runnelctl ")
 }

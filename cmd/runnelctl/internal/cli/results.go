@@ -314,6 +314,9 @@ func (a *app) follow(ctx context.Context, rc runnelv1.ResultsClient, req *runnel
 		resp, err := a.query(ctx, rc, q, f.limit)
 		if err != nil {
 			cancel()
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 		if len(p.names) == 0 {

@@ -99,7 +99,9 @@ func (a *app) rolloutStatus(ctx context.Context, name string, watch bool, interv
 		d, err := fc.GetDeployment(cctx, &runnelv1.GetDeploymentRequest{Name: name})
 		cancel()
 		switch {
-		case err != nil && watch && ctx.Err() == nil && (isCode(err, codes.Unavailable) || isCode(err, codes.DeadlineExceeded)):
+		case ctx.Err() != nil:
+			return &exitError{code: ExitError, err: fmt.Errorf("rollout status %s: stopped watching: %w", name, context.Cause(ctx))}
+		case err != nil && watch && (isCode(err, codes.Unavailable) || isCode(err, codes.DeadlineExceeded)):
 			if !outage {
 				a.printError(fmt.Errorf("%w; retrying every %s", a.wrap(err, "rollout status %s", name), interval))
 				outage = true

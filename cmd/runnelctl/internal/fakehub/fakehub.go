@@ -58,6 +58,8 @@ type Hub struct {
 	// Live is what Subscribe sends, in order, before it waits for the
 	// client to leave.
 	Live []*runnelv1.Result
+	// DropAfterLive ends each subscription after Live with Unavailable.
+	DropAfterLive bool
 	// Calls is every call, by method name ("ApplyPipeline"), and Reqs
 	// the requests in order.
 	Calls map[string]int

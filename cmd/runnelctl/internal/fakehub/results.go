@@ -102,7 +102,8 @@ func (s *resultsServer) QueryResults(_ context.Context, req *runnelv1.QueryResul
 	return resp, nil
 }
 
-// Subscribe sends Live, then waits for the client to leave.
+// Subscribe sends Live, then waits for the client to leave, or with
+// DropAfterLive ends the stream as a hub drops a slow subscriber.
 func (s *resultsServer) Subscribe(req *runnelv1.SubscribeRequest, stream grpc.ServerStreamingServer[runnelv1.Result]) error {
 	if err := stream.SendHeader(nil); err != nil {
 		return err
@@ -117,6 +118,12 @@ func (s *resultsServer) Subscribe(req *runnelv1.SubscribeRequest, stream grpc.Se
 		if err := stream.Send(r); err != nil {
 			return err
 		}
+	}
+	s.h.mu.Lock()
+	drop := s.h.DropAfterLive
+	s.h.mu.Unlock()
+	if drop {
+		return status.Error(codes.Unavailable, "fell behind")
 	}
 	select {
 	case <-stream.Context().Done():

@@ -88,6 +88,9 @@ func TestFleetFile(t *testing.T) {
 			RollbackOnFailure: true, ProgressDeadlineMs: 600_000,
 		},
 	}
+	if strings.Contains(string(m.Pipelines[1].Spec), "---") {
+		t.Errorf("the --- line is sent: %q", m.Pipelines[1].Spec)
+	}
 	dep := m.Deployments[0]
 	if !proto.Equal(dep.Spec, want) {
 		t.Errorf("deployment\n got %v\nwant %v", dep.Spec, want)

@@ -13,13 +13,33 @@ type chunk struct {
 }
 
 // text is the chunk as a YAML text of its own whose line numbers are the
-// file's: first-1 empty lines, then the chunk's lines.
+// file's: first-1 empty lines, then the chunk's lines, its --- line
+// empty too when nothing but a comment follows the marker and no
+// directive precedes it (so that the
+// same document sent from a file of its own or after another differs
+// only in leading empty lines).
 func (c chunk) text() []byte {
 	var b bytes.Buffer
 	for range c.first - 1 {
 		b.WriteByte('\n')
 	}
+	marker := true // no content before: a --- here is the document's
 	for _, l := range c.lines {
+		if strings.HasPrefix(l, "%") {
+			marker = false // a directive needs its ---
+		}
+		if marker && isMarker(l, "---") {
+			if rest := strings.TrimLeft(strings.TrimPrefix(l, "---"), " \t\r\n"); rest == "" || rest[0] == '#' {
+				if strings.HasSuffix(l, "\n") {
+					b.WriteByte('\n')
+				}
+				marker = false
+				continue
+			}
+		}
+		if !blankOrComment(l) {
+			marker = false
+		}
 		b.WriteString(l)
 	}
 	return b.Bytes()
