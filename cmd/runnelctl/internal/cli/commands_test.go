@@ -139,7 +139,7 @@ func TestUsageErrors(t *testing.T) {
 		{"label", "edge", "gw-001"}, {"label", "edge", "gw-001", "a=b", "a-"}, {"label", "edge", "gw-001", "junk"},
 		{"diff", "pipeline", "x", "1", "two"}, {"diff"}, {"results", "p", "--from", "yesterday"}, {"results", "p", "--key", "x"},
 		{"results", "p", "-o", "yaml"}, {"token", "create", "x"}, {"token", "create", "x", "--role", "root"},
-		{"audit", "--limit", "0"}, {"bogus"}, {"--timeout", "x", "version"},
+		{"audit", "--limit", "0"}, {"bogus"}, {"--timeout", "x", "version"}, {"--insecure", "--ca-file", "ca.pem", "version"},
 	} {
 		res := r.run(args...)
 		if res.code != ExitUsage {

@@ -188,8 +188,8 @@ func (a *app) resolve() (*connConfig, error) {
 		probs = append(probs, spec.Problem{Msg: "insecure and ca_file are both set: insecure is plaintext, ca_file is TLS; give one"})
 	}
 	c.tls = c.caFile != "" || (!c.insecure && !isLoopback(c.host))
-	if err := probs.Err(); err != nil {
-		return nil, usageError{fmt.Errorf("connection settings:\n%w", err)}
+	if len(probs) > 0 { // in the order found: the file's, then each setting's
+		return nil, usageError{fmt.Errorf("connection settings:\n%w", problemsText(probs))}
 	}
 	return c, nil
 }
