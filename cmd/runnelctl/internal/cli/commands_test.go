@@ -136,7 +136,7 @@ func TestUsageErrors(t *testing.T) {
 		{"get"}, {"get", "things"}, {"get", "pipelines", "--bogus"}, {"get", "pipelines", "-o", "xml"},
 		{"get", "pipelines", "-l", "a=b"}, {"get", "revisions"}, {"describe", "pipeline"}, {"apply"},
 		{"apply", "-f", "/nonexistent/x.yaml"}, {"rollout", "status"}, {"rollout", "status", "x", "--interval", "0s"},
-		{"label", "edge", "gw-001"}, {"label", "edge", "gw-001", "a=b", "a-"}, {"label", "edge", "gw-001", "junk"},
+		{"label", "edge", "gw-001"}, {"label", "edge", "gw-001", "a=b", "a-"}, {"label", "edge", "gw-001", "a-", "a=b"}, {"label", "edge", "gw-001", "junk"},
 		{"diff", "pipeline", "x", "1", "two"}, {"diff"}, {"results", "p", "--from", "yesterday"}, {"results", "p", "--key", "x"},
 		{"results", "p", "-o", "yaml"}, {"token", "create", "x"}, {"token", "create", "x", "--role", "root"},
 		{"audit", "--limit", "0"}, {"bogus"}, {"--timeout", "x", "version"}, {"--insecure", "--ca-file", "ca.pem", "version"},
@@ -422,7 +422,10 @@ func TestRolloutWatch(t *testing.T) {
 				&runnelv1.RolloutStatus{Phase: "progressing", Step: 1, Steps: 3, Targeted: 4, Pending: 3, Applied: 1},
 				&runnelv1.RolloutStatus{Phase: tc.final, Step: 2, Steps: 3, Targeted: 4, Applied: 3, Failed: 1, FailedEdges: []string{"gw-004"}},
 			)
-			res := newRunner(t, h).run("rollout", "status", "plant-7", "--watch", "--interval", "1ms")
+			// Bounded, so that a watch that does not end fails the test.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res := newRunner(t, h).runCtx(ctx, "rollout", "status", "plant-7", "--watch", "--interval", "1ms")
 			if res.code != tc.exit {
 				t.Errorf("exit %d, want %d; stderr %s", res.code, tc.exit, res.stderr)
 			}

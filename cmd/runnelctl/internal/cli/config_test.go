@@ -99,6 +99,10 @@ func TestConfigProblems(t *testing.T) {
 	if res := r.run("--config", filepath.Join(dir, "missing.yaml"), "version"); res.code != ExitUsage || !strings.Contains(res.stderr, "cannot read the config file") {
 		t.Errorf("a named file that is missing: exit %d, %s", res.code, res.stderr)
 	}
+	ca := writeFile(t, dir, "ca.pem", "not a certificate")
+	if res := r.run("--insecure", "--ca-file", ca, "version"); res.code != ExitUsage || !strings.Contains(res.stderr, "insecure and ca_file are both set") {
+		t.Errorf("--insecure with --ca-file: exit %d, %s", res.code, res.stderr)
+	}
 	if len(h.Reqs) != 0 {
 		t.Errorf("the hub was called")
 	}
