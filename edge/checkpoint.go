@@ -11,6 +11,7 @@ import (
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/state"
+	"github.com/runnel-io/runnel/window"
 )
 
 // One checkpoint. The pump injects barrier n into every pipeline's runtime
@@ -45,9 +46,13 @@ type ckptPart struct {
 // own buckets, all in the checkpoint's transaction, so none is lost or
 // stored twice across crashes.
 type stagingSink struct {
-	p      *operators.Pipeline
-	rev    uint32 // the pipeline's revision (0: a local file's)
-	local  bool   // its results are not for the hub (no hub output)
+	p     *operators.Pipeline
+	rev   uint32 // the pipeline's revision (0: a local file's)
+	local bool   // its results are not for the hub (no hub output)
+	// ended: the revision ends at the next barrier (managed.go): every
+	// window fired, so its last marker is the end of time, which tells
+	// the hub that this edge holds back no window of that revision.
+	ended  bool
 	parts  chan<- ckptPart
 	groups int // the store's key groups: the opLog splits by them
 	staged []staged
@@ -81,8 +86,12 @@ func (s *stagingSink) Dead(d *operators.DeadLetter) error {
 
 func (s *stagingSink) Barrier(b *operators.Barrier) error {
 	part := ckptPart{id: b.ID, pipe: s.p.Name}
-	if b.Watermark > s.wm {
-		part.wm, part.hasWM, s.wm = b.Watermark, true, b.Watermark
+	wm := b.Watermark
+	if s.ended {
+		wm = window.MaxTime
+	}
+	if wm > s.wm {
+		part.wm, part.hasWM, s.wm = wm, true, wm
 	}
 	keep := s.staged[:0]
 	for _, st := range s.staged {

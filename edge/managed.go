@@ -345,6 +345,7 @@ func (n *node) reconfigure(ctx context.Context, req applyReq, barrier func(*flee
 	pl := planFor(n.pipes, req.defs)
 	n.lg.Info("edge: applying the hub's pipeline set", "generation", req.set.GetGeneration(), "plan", pl.String())
 	for _, ps := range pl.end {
+		ps.sink.ended = true
 		if err := ps.rt.EndOfInput(); err != nil {
 			return nil, fmt.Errorf("edge: pipeline %s: end of input: %w", ps.p.Name, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/runnel-io/runnel/operators"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/uplink"
+	"github.com/runnel-io/runnel/window"
 )
 
 // The managed pipeline of these tests, revision 1: counts per device in
@@ -224,6 +225,18 @@ func TestManagedChangeExactlyOnce(t *testing.T) {
 					t.Fatalf("incompatible change: no split point gives the results (%d windows of revision 1, %d of 2)", len(got[1]), len(got[2]))
 				}
 				t.Logf("switched after reading %d of %d", found, len(rs))
+				// Revision 1's last marker is the end of time: the hub
+				// waits for nothing more of it from this edge.
+				var last int64
+				err := ReadOutbox(context.Background(), data, func(e OutboxEntry) error {
+					if e.Marker && e.Revision == 1 {
+						last = e.Watermark
+					}
+					return nil
+				})
+				if err != nil || last != window.MaxTime {
+					t.Errorf("revision 1's last watermark marker is %d (%v), want the end of time", last, err)
+				}
 			}
 			// Restarted with no hub, the node runs the applied set.
 			n, stop = managedNode(t, data, mosq.Addr())
