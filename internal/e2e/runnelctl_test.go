@@ -145,6 +145,10 @@ func TestRunnelctlAgainstHub(t *testing.T) {
 	if code, out, _ = ctl(admin, "", "diff", "pipeline", "line-temps", "1", "2"); code != 0 || !strings.Contains(out, "+allowed_lateness: 1m") {
 		t.Errorf("diff: exit %d\n%s", code, out)
 	}
+	// Delete is refused while the deployment names the pipeline.
+	if code, _, errs = ctl(admin, "", "delete", "pipeline", "line-temps"); code != 5 || revisions() != 2 {
+		t.Errorf("delete of a deployed pipeline: exit %d, want 5\n%s", code, errs)
+	}
 	code, out, _ = ctl(admin, "", "audit")
 	if code != 0 || strings.Count(out, "pipeline.apply") != 2 || !strings.Contains(out, "token.create") {
 		t.Errorf("audit: exit %d\n%s", code, out)

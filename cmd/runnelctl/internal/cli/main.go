@@ -192,7 +192,7 @@ is spoken to in plaintext unless ca_file is set. The token is never printed.
 	a.flags.register(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddGroup(&cobra.Group{ID: "fleet", Title: "Fleet:"}, &cobra.Group{ID: "data", Title: "Results and administration:"})
-	for _, c := range []*cobra.Command{a.applyCmd(), a.getCmd(), a.describeCmd(), a.rolloutCmd(), a.labelCmd(), a.diffCmd()} {
+	for _, c := range []*cobra.Command{a.applyCmd(), a.getCmd(), a.describeCmd(), a.rolloutCmd(), a.labelCmd(), a.diffCmd(), a.deleteCmd()} {
 		c.GroupID = "fleet"
 		root.AddCommand(c)
 	}
