@@ -567,6 +567,23 @@ func TestRevisionWatermarks(t *testing.T) {
 	}
 }
 
+// TestWatermarkAfterRestart: an edge sent partials of a class, with no
+// watermark yet, before the hub restarted; its first watermark after the
+// restart applies to the class (the hub learns from the stored partials
+// that the edge sent some), so the class's windows are emitted.
+func TestWatermarkAfterRestart(t *testing.T) {
+	revs := tempsRevisions(t)
+	th := newTestHub(t, func(c *Config) { c.Revisions = revs })
+	must(t, th.Apply(batch("e", 1, 1, 1, rpartial(revs[2].Pipeline.Aggregates, 3, 1, "k", 0, 1))))
+	th.commit()
+	th.restart()
+	must(t, th.Apply(wm(batch("e", 1, 2, 1), "temps", 5000)))
+	th.commit()
+	if rs, _, err := th.Query(Query{Pipeline: "temps", Revision: 3}); err != nil || len(rs) != 1 {
+		t.Fatalf("results %+v, %v; want the window emitted", rs, err)
+	}
+}
+
 // TestDefineParkedWatermark: an edge sends partials of a revision the hub
 // does not know, with its watermark, and goes quiet. Define applies the
 // parked watermark too, so the class's windows are emitted without the
@@ -626,8 +643,13 @@ func TestSubscribeFollowsClass(t *testing.T) {
 	if p := th.Pipeline("temps"); p != revs[2].Pipeline {
 		t.Fatalf("Pipeline(temps) is not revision 3's spec")
 	}
-	for r := range sub {
-		t.Fatalf("after Define of another class: %+v", r)
+	select { // closed by Define, before it returns
+	case r, ok := <-sub:
+		if ok {
+			t.Fatalf("after Define of another class: %+v", r)
+		}
+	default:
+		t.Fatal("the subscription of class 1 is still open after Define of class 3")
 	}
 	sub = th.Subscribe(ctx, "temps", nil)
 	must(t, th.Apply(wm(batch("e", 1, 3, 4, rpartial(set1, 2, 3, "k", 1000, 1), rpartial(set3, 3, 4, "k", 1000, 1)), "temps", 2000)))

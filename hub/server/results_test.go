@@ -152,3 +152,65 @@ func TestResultsRevisions(t *testing.T) {
 	_, err = api.QueryResults(ctx, &runnelv1.QueryResultsRequest{Pipeline: "temps", Revision: 3, PageToken: page.NextPageToken})
 	wantCode(t, err, codes.InvalidArgument, "a page token of class 1 with revision 3")
 }
+
+// hookCore is the real core, with a hook that runs once right after
+// Pipelines: where a Define may land during a query.
+type hookCore struct {
+	*hub.Hub
+	afterPipelines func()
+}
+
+func (c *hookCore) Pipelines() []hub.PipelineInfo {
+	infos := c.Hub.Pipelines()
+	if f := c.afterPipelines; f != nil {
+		c.afterPipelines = nil
+		f()
+	}
+	return infos
+}
+
+// TestResultsDefineDuringQuery: a Define that lands while a query runs
+// does not make the query render one class's results with another's spec:
+// a class resolved by the query stays the one read; a local pipeline that
+// gets its first managed revision meanwhile makes the query Aborted.
+func TestResultsDefineDuringQuery(t *testing.T) {
+	revs := tempsRevisions(t)
+	for _, local := range []bool{false, true} {
+		cfg := hub.Config{Dir: t.TempDir(), Revisions: revs[:1], CommitInterval: time.Hour, NoSync: true, Logger: slog.New(slog.DiscardHandler)}
+		if local {
+			cfg.Pipelines, cfg.Revisions = []*operators.Pipeline{testPipeline(t)}, nil
+		}
+		h, err := hub.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		core := &hookCore{Hub: h}
+		e := start(t, core, nil)
+		rev := uint32(1)
+		if local {
+			rev = 0
+		}
+		if err := h.Apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 1, LastSeq: 1, Partials: []*runnelv1.Partial{
+			{Seq: 1, Pipeline: "temps", Revision: rev, Key: mustKey(t, revs[0].Pipeline, "d1"), WindowEnd: 60000, Version: 1, State: revState(revs[0].Pipeline.Aggregates, 10)},
+		}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 60000}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		core.afterPipelines = func() {
+			if err := h.Define(revs[2]); err != nil {
+				t.Error(err)
+			}
+		}
+		q, err := runnelv1.NewResultsClient(e.conn).QueryResults(testCtx(t), &runnelv1.QueryResultsRequest{Pipeline: "temps"})
+		if local {
+			wantCode(t, err, codes.Aborted, "a local pipeline that got a managed revision during the query")
+			continue
+		}
+		if err != nil || len(q.Results) != 1 || q.Results[0].Values.Fields["avg_temp"].GetNumberValue() != 10 {
+			t.Fatalf("query during Define: %v, %v; want class 1's result", q, err)
+		}
+	}
+}
