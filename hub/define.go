@@ -151,7 +151,7 @@ func (h *Hub) readClass(tx *bolt.Tx, pp *pipe) (*classLoad, error) {
 			return fmt.Errorf("hub: store: edge %q: %v: %w", k, err, ErrCorrupt)
 		}
 		for _, w := range rec.watermarks {
-			if w.pipeline == pp.store && rec.epoch <= MaxEpoch {
+			if w.pipeline == pp.store {
 				load.wms = append(load.wms, edgeWatermark{string(k), w.wm})
 			}
 		}
