@@ -28,7 +28,9 @@ type ckptPart struct {
 	id    uint64
 	pos   ingestlog.Position // isPos: the pump's position at barrier id
 	isPos bool
-	fed   uint64 // isPos: messages the pump fed the pipelines since the node started
+	fed   uint64       // isPos: messages the pump fed the pipelines since the node started
+	pipes int          // isPos: how many pipelines send a part of this checkpoint
+	fleet *fleetCommit // isPos: a reconfiguration commits with it (managed.go)
 	pipe  string
 	out   [][]byte // outbox entries, in emission order
 	late  [][]byte // late records, JSON
@@ -44,6 +46,8 @@ type ckptPart struct {
 // stored twice across crashes.
 type stagingSink struct {
 	p      *operators.Pipeline
+	rev    uint32 // the pipeline's revision (0: a local file's)
+	local  bool   // its results are not for the hub (no hub output)
 	parts  chan<- ckptPart
 	groups int // the store's key groups: the opLog splits by them
 	staged []staged
@@ -57,7 +61,7 @@ type staged struct {
 }
 
 func (s *stagingSink) Result(r *operators.Result) error {
-	s.staged = append(s.staged, staged{r.Epoch, 'r', encodeOutbox(nil, s.p.Name, r)})
+	s.staged = append(s.staged, staged{r.Epoch, 'r', encodeOutbox(nil, s.p.Name, s.rev, s.local, r)})
 	return nil
 }
 
@@ -106,17 +110,42 @@ func (s *stagingSink) Barrier(b *operators.Barrier) error {
 // Outbox entries (docs/formats/outbox.md): a kind byte, uvarint len +
 // pipeline, then for a window result ('r') uvarint len + key, varint start,
 // varint end, uvarint version and the aggregate state (the rest); for a
-// watermark marker ('w') the varint watermark.
+// watermark marker ('w') the varint watermark. A managed pipeline's
+// entries ('R', 'W') put its uvarint revision and a flags byte after the
+// pipeline name: the entry says itself whether it is for the hub, so it
+// still goes right after its revision has been replaced.
 const (
 	entryResult      = 'r'
 	entryWatermark   = 'w'
+	entryResultRev   = 'R'
+	entryWatermarkRv = 'W'
 	entryQuarantined = 'q' // a quarantined entry's tombstone (side.go)
+
+	flagLocal = 1 // 'R', 'W': not for the hub
 )
 
-func encodeOutbox(dst []byte, pipeline string, r *operators.Result) []byte {
-	dst = append(dst, entryResult)
+// appendEntryHead appends an entry's kind, pipeline and, for a managed
+// pipeline (rev > 0), its revision and flags.
+func appendEntryHead(dst []byte, kind byte, pipeline string, rev uint32, local bool) []byte {
+	if rev > 0 {
+		kind -= 'a' - 'A'
+	}
+	dst = append(dst, kind)
 	dst = binary.AppendUvarint(dst, uint64(len(pipeline)))
 	dst = append(dst, pipeline...)
+	if rev > 0 {
+		var flags byte
+		if local {
+			flags |= flagLocal
+		}
+		dst = binary.AppendUvarint(dst, uint64(rev))
+		dst = append(dst, flags)
+	}
+	return dst
+}
+
+func encodeOutbox(dst []byte, pipeline string, rev uint32, local bool, r *operators.Result) []byte {
+	dst = appendEntryHead(dst, entryResult, pipeline, rev, local)
 	dst = binary.AppendUvarint(dst, uint64(len(r.Key)))
 	dst = append(dst, r.Key...)
 	dst = binary.AppendVarint(dst, r.Start)
@@ -125,10 +154,8 @@ func encodeOutbox(dst []byte, pipeline string, r *operators.Result) []byte {
 	return append(dst, r.State...)
 }
 
-func encodeWatermark(dst []byte, pipeline string, wm int64) []byte {
-	dst = append(dst, entryWatermark)
-	dst = binary.AppendUvarint(dst, uint64(len(pipeline)))
-	dst = append(dst, pipeline...)
+func encodeWatermark(dst []byte, pipeline string, rev uint32, local bool, wm int64) []byte {
+	dst = appendEntryHead(dst, entryWatermark, pipeline, rev, local)
 	return binary.AppendVarint(dst, wm)
 }
 
@@ -136,8 +163,13 @@ func encodeWatermark(dst []byte, pipeline string, wm int64) []byte {
 // window result, or a marker of the pipeline's watermark at a checkpoint
 // (every window ending at or before it was emitted by then).
 type OutboxEntry struct {
-	Seq       uint64
-	Pipeline  string
+	Seq      uint64
+	Pipeline string
+	Revision uint32 // of a managed pipeline; 0: a local file's
+	// NotForHub: a managed pipeline's entry that does not go to the hub
+	// (its revision has no hub output). For a local pipeline (Revision
+	// 0) the running pipeline's outputs say.
+	NotForHub bool
 	Marker    bool  // a watermark marker; Result is unset
 	Watermark int64 // the marker's watermark
 	// Quarantined: the entry was set aside (the quarantine side output
@@ -151,16 +183,29 @@ type OutboxEntry struct {
 func DecodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 	e := OutboxEntry{Seq: seq}
 	bad := fmt.Errorf("edge: outbox entry %d: corrupt", seq)
-	if len(b) == 0 || (b[0] != entryResult && b[0] != entryWatermark && b[0] != entryQuarantined) {
+	if len(b) == 0 {
 		return e, bad
 	}
 	kind := b[0]
+	switch kind {
+	case entryResult, entryWatermark, entryQuarantined, entryResultRev, entryWatermarkRv:
+	default:
+		return e, bad
+	}
 	b = b[1:]
 	l, n := binary.Uvarint(b)
 	if n <= 0 || uint64(len(b)-n) < l {
 		return e, bad
 	}
 	e.Pipeline, b = string(b[n:n+int(l)]), b[n+int(l):]
+	if kind == entryResultRev || kind == entryWatermarkRv {
+		rev, n := binary.Uvarint(b)
+		if n <= 0 || rev == 0 || rev > math.MaxUint32 || len(b) == n || b[n]&^flagLocal != 0 {
+			return e, bad
+		}
+		e.Revision, e.NotForHub, b = uint32(rev), b[n]&flagLocal != 0, b[n+1:]
+		kind += 'a' - 'A'
+	}
 	var m int
 	if kind == entryQuarantined {
 		e.Quarantined = true
@@ -201,7 +246,6 @@ func DecodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 func (n *node) writer(ctx context.Context) error {
 	defer close(n.writerDone)
 	pending := map[uint64][]ckptPart{}
-	need := len(n.pipes) + 1
 	for {
 		var part ckptPart
 		select {
@@ -215,12 +259,26 @@ func (n *node) writer(ctx context.Context) error {
 			part = p
 		}
 		pending[part.id] = append(pending[part.id], part)
-		if len(pending[part.id]) < need {
+		// The pump's part says how many pipelines send one: the set
+		// changes at reconfiguring checkpoints.
+		need := -1
+		for _, p := range pending[part.id] {
+			if p.isPos {
+				need = p.pipes + 1
+			}
+		}
+		if need < 0 || len(pending[part.id]) < need {
 			continue
 		}
 		parts := pending[part.id]
 		delete(pending, part.id)
-		if err := n.commit(part.id, parts); err != nil {
+		err := n.commit(part.id, parts)
+		for _, p := range parts {
+			if p.fleet != nil {
+				p.fleet.done <- err
+			}
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -234,6 +292,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	var sideN uint32
 	var side sideDelta
 	var changeBytes, outboxBytes, freed int64
+	var fc *fleetCommit
 	// Only the writer touches the store, so nothing of a later checkpoint
 	// can slip in. The pipelines' statistics change with the transaction:
 	// they are put back if it fails.
@@ -256,7 +315,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		}
 		for _, p := range parts {
 			if p.isPos {
-				c.Pos, fed = p.pos, p.fed
+				c.Pos, fed, fc = p.pos, p.fed, p.fleet
 				continue
 			}
 			ps := n.pipe(p.pipe)
@@ -266,7 +325,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 			changeBytes += p.ops.bytes
 			out := p.out
 			if p.hasWM {
-				out = append(out, encodeWatermark(nil, p.pipe, p.wm))
+				out = append(out, encodeWatermark(nil, p.pipe, ps.sink.rev, ps.sink.local, p.wm))
 			}
 			for _, e := range out {
 				if err := outbox.Put(binary.BigEndian.AppendUint64(nil, c.NextSeq), e); err != nil {
@@ -287,6 +346,13 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				if err := side.put(dead, sideIndex(sideDead), sideKey(began, id, &sideN), e); err != nil {
 					return err
 				}
+			}
+		}
+		// After every pipeline's part: a dropped pipeline's last changes
+		// go with its state.
+		if fc != nil {
+			if err := storeFleet(tx, fc); err != nil {
+				return fmt.Errorf("applied pipeline set: %w", err)
 			}
 		}
 		if err := n.boundSide(tx, &side, began); err != nil {
@@ -373,8 +439,14 @@ func ReadOutbox(ctx context.Context, dir string, fn func(OutboxEntry) error) err
 	})
 }
 
+// pipe returns the running pipeline called name, nil if none; safe on
+// any goroutine.
 func (n *node) pipe(name string) *pipe {
-	for _, ps := range n.pipes {
+	view := n.pipeView.Load()
+	if view == nil {
+		return nil
+	}
+	for _, ps := range *view {
 		if ps.p.Name == name {
 			return ps
 		}

@@ -125,6 +125,9 @@ func (n *node) health(now time.Time) health.Report {
 	if n.cfg.Uplink != nil {
 		n.uplinkChecks(now, add)
 	}
+	if n.cfg.Fleet != nil {
+		n.agentCheck(now, add)
+	}
 	return health.NewReport(checks)
 }
 

@@ -53,31 +53,7 @@ func (n *node) registry() *prometheus.Registry {
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f))
 	}
-	for _, ps := range n.pipes {
-		pl := prometheus.Labels{"edge": n.cfg.EdgeID, "pipeline": ps.p.Name}
-		rt := ps.rt
-		for _, c := range []struct {
-			name, help string
-			f          func() float64
-		}{
-			{"runnel_edge_records_in_total", "Payloads read from the ingest log into the pipeline.", func() float64 { return float64(rt.Stats().In) }},
-			{"runnel_edge_dead_letters_total", "Payloads that could not become records.", func() float64 { return float64(rt.Stats().Dead) }},
-			{"runnel_edge_filtered_total", "Records the filter dropped.", func() float64 { return float64(rt.Stats().Filtered) }},
-			{"runnel_edge_duplicates_total", "MQTT redeliveries dropped by event id.", func() float64 { return float64(rt.Stats().Dupes) }},
-			{"runnel_edge_late_total", "Records too late for every window.", func() float64 { return float64(rt.Stats().Late) }},
-			{"runnel_edge_results_total", "Window results emitted, all versions.", func() float64 { return float64(rt.Stats().Results) }},
-		} {
-			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help, ConstLabels: pl}, c.f))
-		}
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "runnel_edge_watermark_lag_seconds",
-			Help: "Wall clock minus the pipeline's watermark.", ConstLabels: pl}, func() float64 {
-			wm := rt.Watermark()
-			if wm == window.MinTime {
-				return 0
-			}
-			return time.Since(time.UnixMilli(wm)).Seconds()
-		}))
-	}
+	reg.MustRegister(pipeCollector{n})
 	reg.MustRegister(health.Collector("runnel_edge_health", "The node's health checks: 0 ok, 1 degraded, 2 failing (check=\"node\": the worst).",
 		labels, func() health.Report { return n.health(time.Now()) }))
 	counter("runnel_edge_checkpoints_total", "Checkpoints committed.", func() float64 { return float64(n.status.checkpoints.Load()) })
@@ -194,4 +170,57 @@ func (n *node) serveHTTP(ctx context.Context, addr string) (func(), error) {
 		srv.Shutdown(sctx)
 		<-done
 	}, nil
+}
+
+// pipeCollector exports each running pipeline's counters at scrape time,
+// so that pipelines the hub deploys later appear, and replaced ones go.
+type pipeCollector struct{ n *node }
+
+var pipeMetrics = []struct {
+	name, help string
+	counter    bool
+	f          func(ps *pipe, now time.Time) (float64, bool)
+}{
+	{"runnel_edge_records_in_total", "Payloads read from the ingest log into the pipeline.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().In), true }},
+	{"runnel_edge_dead_letters_total", "Payloads that could not become records.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().Dead), true }},
+	{"runnel_edge_filtered_total", "Records the filter dropped.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().Filtered), true }},
+	{"runnel_edge_duplicates_total", "MQTT redeliveries dropped by event id.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().Dupes), true }},
+	{"runnel_edge_late_total", "Records too late for every window.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().Late), true }},
+	{"runnel_edge_results_total", "Window results emitted, all versions.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().Results), true }},
+	{"runnel_edge_watermark_lag_seconds", "Wall clock minus the pipeline's watermark.", false, func(ps *pipe, now time.Time) (float64, bool) {
+		wm := ps.rt.Watermark()
+		if wm == window.MinTime {
+			return 0, true
+		}
+		return now.Sub(time.UnixMilli(wm)).Seconds(), true
+	}},
+	{"runnel_edge_pipeline_revision", "The revision of the pipeline the hub deployed (0: a local file's).", false, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.def.rev), true }},
+}
+
+func (c pipeCollector) desc(i int) *prometheus.Desc {
+	m := pipeMetrics[i]
+	return prometheus.NewDesc(m.name, m.help, []string{"pipeline"}, prometheus.Labels{"edge": c.n.cfg.EdgeID})
+}
+
+func (c pipeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for i := range pipeMetrics {
+		ch <- c.desc(i)
+	}
+}
+
+func (c pipeCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	for _, ps := range *c.n.pipeView.Load() {
+		for i, m := range pipeMetrics {
+			v, ok := m.f(ps, now)
+			if !ok {
+				continue
+			}
+			kind := prometheus.GaugeValue
+			if m.counter {
+				kind = prometheus.CounterValue
+			}
+			ch <- prometheus.MustNewConstMetric(c.desc(i), kind, v, ps.p.Name)
+		}
+	}
 }

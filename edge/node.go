@@ -55,6 +55,10 @@ type NodeConfig struct {
 	// Uplink, when set, drains the committed outbox to a hub (EdgeID is
 	// the node's). Nil: the outbox only grows (up to the disk cap).
 	Uplink *uplink.Config
+	// Fleet, with Uplink set, turns on the edge agent: the node also runs
+	// the pipeline revisions the hub deploys to it, and may start with no
+	// pipelines of its own (agent.go, managed.go).
+	Fleet *FleetConfig
 
 	Logger *slog.Logger
 	// Started, when set, is called once the node runs and its MQTT source
@@ -103,7 +107,7 @@ type node struct {
 	// appended and when the last message was (Unix ms), and how long
 	// after the last message they go on (the pipelines' idle horizon).
 	lastClock, lastMessage atomic.Int64
-	idleHorizon            int64
+	idleHorizon            atomic.Int64
 	maxRecord              int           // the ingest log's record limit
 	fed                    uint64        // pump only: messages fed to the pipelines (for the checkpoint's log line)
 	closing                chan struct{} // closed when the node starts to stop
@@ -117,6 +121,14 @@ type node struct {
 	started     time.Time
 
 	parts chan ckptPart
+
+	// The pipelines as other goroutines see them (publishPipes), the
+	// pump's reconfiguration requests (managed.go), and the agent's view
+	// of the managed set.
+	pipeView  atomic.Pointer[[]*pipe]
+	applyReqs chan applyReq
+	fleet     fleetState
+	agent     agent
 
 	// Uplink: the outbox's committed end and a channel closed when it
 	// grows; the epoch; the hub's ack, applied by the next checkpoint.
@@ -133,6 +145,7 @@ type node struct {
 }
 
 type pipe struct {
+	def   pipeDef // what it runs: a local file's pipeline or a managed revision
 	p     *operators.Pipeline
 	rt    *operators.Runtime
 	sink  *stagingSink
@@ -210,7 +223,10 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = time.Second
 	}
-	if len(cfg.Pipelines) == 0 {
+	if cfg.Fleet != nil && cfg.Uplink == nil {
+		return nil, errors.New("edge: fleet management needs an uplink (the hub)")
+	}
+	if len(cfg.Pipelines) == 0 && cfg.Fleet == nil {
 		return nil, errors.New("edge: no pipelines")
 	}
 	lg := cfg.Logger
@@ -220,7 +236,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*len(cfg.Pipelines)), closing: make(chan struct{}),
+	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*max(len(cfg.Pipelines), 4)), closing: make(chan struct{}), applyReqs: make(chan applyReq),
 		grew: make(chan struct{}), writeReqs: make(chan writeReq), writerDone: make(chan struct{})}
 	n.acks.src = &n.status.src
 	n.started = time.Now()
@@ -274,11 +290,6 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	logOpts := cfg.IngestLog
 	logOpts.OnDurable = n.acks.durable
-	for _, p := range cfg.Pipelines {
-		if h := p.IdleHorizon(); h > 0 {
-			n.idleHorizon = max(n.idleHorizon, h.Milliseconds()+clockEvery)
-		}
-	}
 	l, rec, err := ingestlog.Open(ctx, filepath.Join(cfg.DataDir, "log"), &logOpts)
 	if err != nil {
 		st.Close()
@@ -302,45 +313,35 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		return nil, fmt.Errorf("edge: %s (checkpoint %d) needs ingest log position %d, but %s holds positions %d to %d: the files do not belong together",
 			filepath.Join(cfg.DataDir, "state.db"), n.last.ID, n.last.Pos, filepath.Join(cfg.DataDir, "log"), l.First(), rec.End)
 	}
-	for _, p := range cfg.Pipelines {
-		outs, err := openOutputs(p)
+	defs, err := n.pipeDefs()
+	if err != nil {
+		n.closeAll(ctx)
+		return nil, err
+	}
+	for _, d := range defs {
+		ps, err := n.newPipe(ctx, d, n.last.ID > 0)
 		if err != nil {
 			n.closeAll(ctx)
 			return nil, err
 		}
-		side, err := openSideWriters(n, p)
-		if err != nil {
-			outs.close()
-			n.closeAll(ctx)
-			return nil, err
-		}
-		ps := &pipe{p: p, sink: &stagingSink{p: p, parts: n.parts, groups: st.KeyGroups()}, outs: outs, side: side,
-			state: newPipeState(st.Path(), p.Name, st.KeyGroups())}
-		for _, o := range []*spec.Output{p.Spec.LateOutput, p.Spec.DeadLetter} {
+		n.pipes = append(n.pipes, ps)
+	}
+	n.publishPipes()
+	// With a hub managing pipelines the set can change while the node
+	// runs: the outputs' publishers run whatever the set holds now.
+	for _, ps := range n.pipes {
+		for _, o := range []*spec.Output{ps.p.Spec.LateOutput, ps.p.Spec.DeadLetter} {
 			if o != nil && o.Kind == spec.OutputMQTT && n.sideQueue == nil {
 				n.sideQueue = make(chan sideMessage, sideQueueLen)
 			}
 		}
-		for _, o := range p.Spec.Outputs {
-			switch o.Kind {
-			case spec.OutputHub:
-				ps.toHub = true
-			case spec.OutputMQTT:
-				ps.mqtt = append(ps.mqtt, o)
-				n.publishes = true
-			}
+		n.publishes = n.publishes || len(ps.mqtt) > 0
+	}
+	if cfg.Fleet != nil {
+		n.publishes = true
+		if n.sideQueue == nil {
+			n.sideQueue = make(chan sideMessage, sideQueueLen)
 		}
-		n.pipes = append(n.pipes, ps)
-		opts := cfg.Runtime
-		if n.last.ID > 0 {
-			opts.Restore = func(fn func(uint64, []byte, []byte) error) error { return ps.state.restore(st, fn) }
-		}
-		rt, err := operators.Start(context.WithoutCancel(ctx), p, ps.sink, opts)
-		if err != nil {
-			n.closeAll(ctx)
-			return nil, fmt.Errorf("edge: pipeline %s: %w", p.Name, err)
-		}
-		ps.rt = rt
 	}
 	if cfg.Uplink == nil {
 		for _, ps := range n.pipes {
@@ -382,14 +383,7 @@ func (n *node) run(ctx context.Context) error {
 		}
 		url = "mqtt://" + brk.Addr()
 	}
-	var subs []mqtt.Subscription
-	seen := map[string]bool{}
-	for _, ps := range n.pipes {
-		if m := ps.p.Spec.Source.MQTT; m != nil && !seen[m.Topic] {
-			seen[m.Topic] = true
-			subs = append(subs, mqtt.Subscription{Filter: m.Topic, QoS: byte(m.QoS)})
-		}
-	}
+	subs := n.subscriptions()
 	// The pump and the checkpoint writer stop when the source has stopped
 	// and the log is drained: they get their own context.
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
@@ -658,19 +652,38 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 	id := n.last.ID
 	tick := time.NewTicker(n.cfg.CheckpointInterval)
 	defer tick.Stop()
-	barrier := func() error {
+	// barrier injects the next checkpoint barrier; one that carries a
+	// reconfiguration returns once its checkpoint is committed.
+	barrierWith := func(fc *fleetCommit) error {
 		id++
 		for _, ps := range n.pipes {
 			if err := ps.rt.Barrier(id); err != nil {
 				return err
 			}
 		}
+		if fc != nil {
+			fc.done = make(chan error, 1)
+		}
 		select {
-		case n.parts <- ckptPart{id: id, pos: next, isPos: true, fed: n.fed}:
+		case n.parts <- ckptPart{id: id, pos: next, isPos: true, fed: n.fed, pipes: len(n.pipes), fleet: fc}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		return nil
+		if fc == nil {
+			return nil
+		}
+		select {
+		case err := <-fc.done:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	barrier := func() error { return barrierWith(nil) }
+	reconfigure := func(req applyReq) error {
+		report, fatal := n.reconfigure(ctx, req, barrierWith)
+		req.done <- errors.Join(report, fatal)
+		return fatal
 	}
 	draining := false
 	lastFlush := time.Now()
@@ -686,6 +699,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			select {
 			case <-tick.C:
 				if err := barrier(); err != nil {
+					return err
+				}
+			case req := <-n.applyReqs:
+				if err := reconfigure(req); err != nil {
 					return err
 				}
 			default:
@@ -710,7 +727,7 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			}
 			// While input is quiet, clock records go on for as long as
 			// an idle pipeline's watermark can still fire a window.
-			if ms := now.UnixMilli(); n.idleHorizon > 0 && ms-n.lastMessage.Load() <= n.idleHorizon {
+			if ms, h := now.UnixMilli(), n.idleHorizon.Load(); h > 0 && ms-n.lastMessage.Load() <= h {
 				n.appendClock(ms)
 			}
 		}
@@ -720,6 +737,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		select {
 		case <-tick.C:
 			if err := barrier(); err != nil {
+				return err
+			}
+		case req := <-n.applyReqs:
+			if err := reconfigure(req); err != nil {
 				return err
 			}
 		case <-drain:

@@ -66,7 +66,11 @@ func (o outboxView) Read(from uint64, fn func(*uplink.Entry) bool) error {
 			if err != nil {
 				return err
 			}
-			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Local: oe.Quarantined || !o.n.pipeToHub(oe.Pipeline), Marker: oe.Marker, Watermark: oe.Watermark,
+			local := oe.NotForHub
+			if oe.Revision == 0 {
+				local = !o.n.pipeToHub(oe.Pipeline)
+			}
+			e = uplink.Entry{Seq: oe.Seq, Pipeline: oe.Pipeline, Revision: oe.Revision, Local: oe.Quarantined || local, Marker: oe.Marker, Watermark: oe.Watermark,
 				Key: oe.Result.Key, Start: oe.Result.Start, End: oe.Result.End, Version: oe.Result.Version, State: oe.Result.State}
 			if !fn(&e) {
 				return errStopScan
@@ -201,5 +205,19 @@ func (n *node) runUplink(ctx context.Context) error {
 		return err
 	}
 	n.status.uplink.Store(u)
-	return u.Run(ctx)
+	if n.cfg.Fleet == nil {
+		return u.Run(ctx)
+	}
+	// The control stream shares the uplink's connection; it stops first,
+	// as Run closes the connection when it returns.
+	actx, stop := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() {
+		defer close(agentDone)
+		n.runAgent(actx, u)
+	}()
+	err = u.Run(ctx)
+	stop()
+	<-agentDone
+	return err
 }

@@ -260,6 +260,31 @@ func showTime(ms int64) string {
 // workers; safe to call from any goroutine.
 func (r *Runtime) Watermark() int64 { return r.live.wm.Load() }
 
+// EndOfInput sends the end of time to every worker as the watermark, so
+// that every open window fires (as Close(true) makes them) while the
+// Runtime stays open for the Barrier that commits what fired. It is how a
+// pipeline revision ends when the one replacing it cannot take over its
+// state. Nothing may be ingested after it; Barrier and Close may follow.
+func (r *Runtime) EndOfInput() error {
+	if err := r.ctx.Err(); err != nil {
+		return r.failure(err)
+	}
+	if err := r.flushOut(); err != nil {
+		return err
+	}
+	for w := range r.workers {
+		if r.cur[w] == nil {
+			if _, err := r.getBatch(w); err != nil {
+				return err
+			}
+		}
+		if err := r.send(w, window.MaxTime); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Close stops the Runtime and waits for its goroutines. Every record
 // ingested so far, and every barrier, goes through the workers and reaches
 // the Sink first. With endOfInput the watermark then advances to

@@ -185,3 +185,25 @@ func (b *Bucket) step(c *bolt.Cursor, start []byte, first bool) (k, v []byte, er
 	v, err = b.decode(k, rec)
 	return k, v, err
 }
+
+// DeleteBucket deletes the system bucket called name with everything in
+// it (a writable transaction only); a bucket that does not exist is no
+// error. A Bucket obtained from tx before is not valid afterwards.
+func (tx *Tx) DeleteBucket(name string) error {
+	defer rethrowBolt()
+	if !tx.btx.Writable() {
+		return fmt.Errorf("state: delete system bucket %q: read-only transaction", name)
+	}
+	sys := tx.btx.Bucket(bucketSys)
+	if sys == nil {
+		return corruptf("state: top-level bucket sys missing")
+	}
+	delete(tx.buckets, name)
+	if sys.Bucket([]byte(name)) == nil {
+		return nil
+	}
+	if err := sys.DeleteBucket([]byte(name)); err != nil {
+		return fmt.Errorf("state: delete system bucket %q: %w", name, err)
+	}
+	return nil
+}

@@ -185,7 +185,11 @@ func run(ctx context.Context, args, environ []string) error {
 		return err
 	}
 	lg := c.Log.Logger(os.Stderr)
-	if len(c.Pipelines) == 0 {
+	managed := c.Uplink.Hub != "" && c.Fleet.Enabled
+	switch {
+	case len(c.Pipelines) == 0 && managed:
+		lg.Info("runnel-edge: no pipelines configured; running what the hub deploys to this edge", "hub", c.Uplink.Hub)
+	case len(c.Pipelines) == 0:
 		p, err := operators.CompileYAML("built-in demo pipeline", examples.LineTemps)
 		if err != nil {
 			return err
@@ -257,6 +261,9 @@ func nodeConfig(c *config.Config, ps []*operators.Pipeline, lg *slog.Logger) (ed
 			}
 		}
 		nc.Uplink = up
+		if c.Fleet.Enabled {
+			nc.Fleet = &edge.FleetConfig{Labels: c.LabelMap(), Version: version(), StatusInterval: c.Fleet.StatusInterval}
+		}
 	}
 	nc.DropAtCap = c.DiskCap.Policy == config.PolicyDropRaw
 	return nc, nil
@@ -314,4 +321,12 @@ func outbox(ctx context.Context, args []string) error {
 		_, err = w.Write(buf)
 		return err
 	})
+}
+
+// version is the binary's module version, reported to the hub.
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
 }

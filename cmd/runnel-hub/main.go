@@ -10,10 +10,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"time"
 
 	"github.com/runnel-io/runnel/examples"
 	"github.com/runnel-io/runnel/hub"
@@ -38,6 +40,13 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// openFleet opens the control plane's store in the hub's data dir and
+// starts it, advancing rollouts every tick; its Closer stops it and closes
+// the store, and is called after the server has shut down. Nil: this
+// build has no control plane, and the Fleet and Control services answer
+// Unimplemented as with fleet.enabled false.
+var openFleet func(dir string, tick time.Duration, lg *slog.Logger) (server.FleetCore, io.Closer, error)
 
 // run runs the hub until ctx ends, then shuts the server down and closes
 // the store.
@@ -72,19 +81,29 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("open the hub store in %s: %w", c.DataDir, err)
 	}
+	var fleet server.FleetCore
+	closeAll := h.Close
+	if c.Fleet.Enabled && openFleet != nil {
+		var fc io.Closer
+		if fleet, fc, err = openFleet(c.DataDir, c.Fleet.Tick, lg); err != nil {
+			return errors.Join(fmt.Errorf("open the fleet store in %s: %w", c.DataDir, err), h.Close())
+		}
+		closeAll = func() error { return errors.Join(fc.Close(), h.Close()) }
+	}
 	srv, err := server.New(h, server.Config{
 		GRPCAddr: c.GRPC.Addr, HTTPAddr: c.HTTP.Addr,
 		CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, Insecure: c.Plaintext(),
 		EdgeTokens: c.Auth.EdgeTokens, APIToken: c.Auth.APIToken,
+		Fleet:   fleet,
 		Version: version(), Logger: lg,
 	})
 	if err != nil {
-		return errors.Join(err, h.Close())
+		return errors.Join(err, closeAll())
 	}
-	lg.Info("runnel-hub: ready", "pipelines", len(ps), "edges_with_tokens", len(c.Auth.EdgeTokens), "data_dir", c.DataDir)
+	lg.Info("runnel-hub: ready", "pipelines", len(ps), "edges_with_tokens", len(c.Auth.EdgeTokens), "data_dir", c.DataDir, "fleet", fleet != nil)
 	err = srv.Serve(ctx, c.ShutdownTimeout)
 	lg.Info("runnel-hub: stopping")
-	return errors.Join(err, h.Close())
+	return errors.Join(err, closeAll())
 }
 
 func version() string {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -18,7 +20,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runnel-io/runnel/hub/config"
+	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/operators/spec"
+	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -173,6 +177,72 @@ func TestRunListsEveryProblem(t *testing.T) {
 	for i, w := range want {
 		if !strings.HasPrefix(lines[i], w) {
 			t.Errorf("problem %d:\n got %s\nwant %s...", i+1, lines[i], w)
+		}
+	}
+}
+
+// seamFleet is the FleetCore the openFleet seam returns in TestRunFleet:
+// only ListPipelines is called.
+type seamFleet struct {
+	server.FleetCore // nil
+}
+
+func (seamFleet) ListPipelines() []*runnelv1.ManagedPipeline {
+	return []*runnelv1.ManagedPipeline{{Name: "from-the-seam"}}
+}
+
+type closeFunc func() error
+
+func (f closeFunc) Close() error { return f() }
+
+// TestRunFleet: run opens the fleet through openFleet with the data dir
+// and fleet.tick, serves it (/v1/fleet/...), and closes it after the
+// server; with fleet.enabled false it opens none and the API answers 501.
+func TestRunFleet(t *testing.T) {
+	defer func(f func(string, time.Duration, *slog.Logger) (server.FleetCore, io.Closer, error)) { openFleet = f }(openFleet)
+	for _, enabled := range []bool{true, false} {
+		var gotDir string
+		var gotTick time.Duration
+		closed := 0
+		openFleet = func(dir string, tick time.Duration, _ *slog.Logger) (server.FleetCore, io.Closer, error) {
+			gotDir, gotTick = dir, tick
+			return seamFleet{}, closeFunc(func() error { closed++; return nil }), nil
+		}
+		dir := t.TempDir()
+		httpAddr := freeAddr(t)
+		args := []string{"--data-dir", filepath.Join(dir, "data"), "--grpc-addr", freeAddr(t), "--http-addr", httpAddr,
+			"--fleet-tick", "250ms", fmt.Sprintf("--fleet-enabled=%v", enabled)}
+		ctx, cancel := context.WithCancel(context.Background())
+		var logs lockedBuffer
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, args, nil, &logs) }()
+
+		client := &http.Client{Timeout: time.Second}
+		var code int
+		var body string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			resp, err := client.Get("http://" + httpAddr + "/v1/fleet/pipelines")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				code, body = resp.StatusCode, string(b)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no HTTP listener: %v\n%s", err, logs.String())
+			}
+		}
+		client.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if enabled {
+			if code != 200 || !strings.Contains(body, "from-the-seam") || gotDir != filepath.Join(dir, "data") || gotTick != 250*time.Millisecond || closed != 1 {
+				t.Errorf("fleet enabled: %d %s; openFleet(%q, %v), closed %d times", code, body, gotDir, gotTick, closed)
+			}
+		} else if code != 501 || gotDir != "" || closed != 0 {
+			t.Errorf("fleet disabled: %d %s; openFleet(%q), closed %d times", code, body, gotDir, closed)
 		}
 	}
 }

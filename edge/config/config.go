@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/runnel-io/runnel/internal/settings"
@@ -34,6 +35,8 @@ type Config struct {
 	SideOutputs     SideOutputs
 	Dedup           Dedup
 	Uplink          Uplink
+	Labels          []string // key=value
+	Fleet           Fleet
 	HTTP            HTTP
 	Log             settings.Log
 	ShutdownTimeout time.Duration
@@ -131,6 +134,22 @@ type Uplink struct {
 	ServerName   string // name to verify, when it differs from the address's host
 	Insecure     bool   // plaintext, no TLS (loopback tests and demos only)
 	BatchEntries int
+}
+
+// Fleet configures the edge agent: the control stream to the hub.
+type Fleet struct {
+	Enabled        bool
+	StatusInterval time.Duration
+}
+
+// LabelMap returns the labels as a map.
+func (c *Config) LabelMap() map[string]string {
+	m := make(map[string]string, len(c.Labels))
+	for _, kv := range c.Labels {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
 }
 
 // HTTP configures the metrics and health endpoint.

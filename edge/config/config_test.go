@@ -46,6 +46,7 @@ func wantDefaults(host string) *Config {
 		SideOutputs:     SideOutputs{MaxBytes: 64 << 20, MaxAge: 7 * 24 * time.Hour},
 		Dedup:           Dedup{IDs: 16384},
 		Uplink:          Uplink{BatchEntries: 500},
+		Fleet:           Fleet{Enabled: true, StatusInterval: 10 * time.Second},
 		HTTP:            HTTP{Addr: "127.0.0.1:9464"},
 		Log:             settings.Log{Level: settings.LevelInfo, Format: settings.FormatText},
 		ShutdownTimeout: 10 * time.Second,
@@ -384,6 +385,7 @@ func TestValidate(t *testing.T) {
 			"side_outputs.max_bytes: must be greater than 0, got 0B",
 			"dedup.ids: 0 is out of range; must be 1 to 16777216",
 			"uplink.batch_entries: 0 is out of range; must be 1 to 100000",
+			"fleet.status_interval: must be greater than 0, got 0s",
 			`log.level: unknown value ""; use info, debug, warn or error`,
 			`log.format: unknown value ""; use text or json`,
 		}, "\n")},
@@ -557,6 +559,8 @@ func sample(st *settings.Setting[Config]) any {
 		text = st.Value.Choices()[0]
 	case "paths":
 		return []any{"x"}
+	case "strings":
+		return []any{"a=b"}
 	}
 	// Some settings refuse the generic sample; their example or default
 	// is non-empty and valid.

@@ -156,6 +156,16 @@ var table = settings.New(settings.Table[Config]{
 			Doc:   "Outbox entries per batch sent to the hub (1 to 100000).",
 			Value: settings.Int(func(c *Config) *int { return &c.Uplink.BatchEntries }, 1, 100000)},
 
+		{Path: "labels", Flag: "labels", Env: "RUNNEL_LABELS", Example: "[site=plant-7, hw=rpi4]",
+			Doc:   "Labels of this edge as key=value, reported to the hub when it registers; deployments pick edges by them (label selectors). Keys are [prefix/]name and values at most 63 letters, digits, '-', '_' or '.', as Kubernetes labels. The hub may add or override labels of its own. The flag can be repeated; the variable is comma-separated.",
+			Value: settings.Strings(func(c *Config) *[]string { return &c.Labels }, checkLabel)},
+		{Path: "fleet.enabled", Flag: "fleet-enabled", Env: "RUNNEL_FLEET_ENABLED", Default: "true",
+			Doc:   "With uplink.hub set, keep a control stream to the hub: register with the labels, run the pipeline revisions the hub deploys to this edge (beside those of local files, which the hub may not also manage) and report status. The last applied set is kept in the state file and runs on the next start, hub or not. With no pipelines configured, the edge then runs only what the hub sends (not the demo pipeline). false: the hub only receives results.",
+			Value: settings.Bool(func(c *Config) *bool { return &c.Fleet.Enabled })},
+		{Path: "fleet.status_interval", Flag: "fleet-status-interval", Env: "RUNNEL_FLEET_STATUS_INTERVAL", Default: "10s",
+			Doc:   "How often the edge reports its status to the hub (it also reports at once after applying a change).",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Fleet.StatusInterval }, settings.Positive)},
+
 		{Path: "http.addr", Flag: "http-addr", Env: "RUNNEL_HTTP_ADDR", Default: "127.0.0.1:9464",
 			Doc:   "host:port of the HTTP server for /metrics (Prometheus), /healthz and /debug/pprof. Loopback only, unless http.allow_remote is true. Empty: no HTTP server.",
 			Value: settings.String(func(c *Config) *string { return &c.HTTP.Addr }, settings.OrEmpty(checkAddr))},
@@ -171,6 +181,33 @@ var table = settings.New(settings.Table[Config]{
 const minSegmentSize = 1 << 10
 
 // --- per-value rules ---
+
+var (
+	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// checkLabel checks one key=value label, with Kubernetes' syntax.
+func checkLabel(kv string) error {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok {
+		return fmt.Errorf("%q: want key=value", kv)
+	}
+	name := k
+	if prefix, n, has := strings.Cut(k, "/"); has {
+		if len(prefix) > 253 || !labelPrefix.MatchString(prefix) {
+			return fmt.Errorf("label key %q: the prefix must be a DNS subdomain (lower-case letters, digits, '-' and '.')", k)
+		}
+		name = n
+	}
+	if !labelName.MatchString(name) {
+		return fmt.Errorf("label key %q: want at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k)
+	}
+	if v != "" && !labelName.MatchString(v) {
+		return fmt.Errorf("label %s: value %q: want at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", k, v)
+	}
+	return nil
+}
 
 // checkAddr checks a listen address of the edge.
 var checkAddr = settings.ListenAddr("127.0.0.1:1883")

@@ -58,7 +58,8 @@ type Config struct {
 	Username, Password string
 	// TLS configures mqtts:// connections; nil uses the system roots.
 	TLS *TLSConfig
-	// Topics to subscribe to. At least one.
+	// Topics to subscribe to. None: the source connects and takes nothing
+	// until SetTopics gives it some.
 	Topics []Subscription
 	// CleanStart discards the broker's session for ClientID on the first
 	// connection of this Source (never on reconnects). Default false: the
@@ -139,9 +140,6 @@ func (c *Config) Validate() error {
 	}
 	if !utf8.ValidString(c.Username) {
 		bad("username: not valid UTF-8")
-	}
-	if len(c.Topics) == 0 {
-		bad("topics: none given, want at least one filter")
 	}
 	seen := make(map[string]int, len(c.Topics))
 	for i, t := range c.Topics {

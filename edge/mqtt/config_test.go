@@ -45,7 +45,7 @@ func TestValidate(t *testing.T) {
 		}, []string{"client_id: required with protocol 3.1.1"}},
 		{"unknown protocol", func(c *Config) { c.Protocol = "4" }, []string{`protocol "4"`}},
 		{"empty", func(c *Config) { *c = Config{} }, []string{
-			"brokers: none given", "client_id: required", "topics: none given"}},
+			"brokers: none given", "client_id: required"}},
 		{"bad brokers", func(c *Config) {
 			c.Brokers = []string{"127.0.0.1:1883", "http://x", "mqtt://", "mqtt://h/path", "mqtt://h:1883/", "::"}
 		}, []string{

@@ -180,35 +180,49 @@ func (l *link311) abort() { _ = l.net.Close() }
 // subscribe subscribes to every topic on the Source's first connection and
 // whenever the broker had no session; see resubscribe.
 func (l *link311) subscribe(ctx context.Context) error {
-	s := l.s
-	if !l.resubscribe {
+	if !l.resubscribe && !l.s.topicsChanged.Load() {
 		return nil
 	}
-	filters := make(map[string]byte, len(s.cfg.Topics))
-	for _, t := range s.cfg.Topics {
+	return l.subscribeTo(ctx, l.s.topicList())
+}
+
+func (l *link311) subscribeTo(ctx context.Context, topics []Subscription) error {
+	s := l.s
+	if len(topics) == 0 {
+		return nil
+	}
+	filters := make(map[string]byte, len(topics))
+	for _, t := range topics {
 		filters[t.Filter] = t.QoS
 	}
 	t := l.cli.SubscribeMultiple(filters, nil) // nil: messages go to the default handler
-	select {
-	case <-t.Done():
-	case <-l.lost:
-		s.subFails.Add(uint64(len(s.cfg.Topics)))
-		return errors.New("connection lost before SUBACK")
-	case <-ctx.Done():
-		s.subFails.Add(uint64(len(s.cfg.Topics)))
-		return ctx.Err()
-	}
-	if err := t.Error(); err != nil {
-		s.subFails.Add(uint64(len(s.cfg.Topics)))
+	if err := l.wait(ctx, t); err != nil {
+		s.subFails.Add(uint64(len(topics)))
 		return err
 	}
 	result := t.(*mqtt3.SubscribeToken).Result()
-	granted := make([]byte, len(s.cfg.Topics))
-	for i, t := range s.cfg.Topics {
+	granted := make([]byte, len(topics))
+	for i, t := range topics {
 		granted[i] = result[t.Filter]
 	}
-	s.refused(granted)
+	s.refused(topics, granted)
 	return nil
+}
+
+func (l *link311) unsubscribe(ctx context.Context, filters []string) error {
+	return l.wait(ctx, l.cli.Unsubscribe(filters...))
+}
+
+// wait waits for a token of the connection.
+func (l *link311) wait(ctx context.Context, t mqtt3.Token) error {
+	select {
+	case <-t.Done():
+	case <-l.lost:
+		return errors.New("connection lost before the broker answered")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return t.Error()
 }
 
 // publish sends one message. user is dropped: v3.1.1 has no properties.

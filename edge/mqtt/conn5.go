@@ -101,9 +101,16 @@ func (l *link5) abort() {
 // subscription that is new) and picks up filters added to the config
 // since the session was created.
 func (l *link5) subscribe(ctx context.Context) error {
+	return l.subscribeTo(ctx, l.s.topicList())
+}
+
+func (l *link5) subscribeTo(ctx context.Context, topics []Subscription) error {
 	s := l.s
-	sub := &paho.Subscribe{Subscriptions: make([]paho.SubscribeOptions, len(s.cfg.Topics))}
-	for i, t := range s.cfg.Topics {
+	if len(topics) == 0 {
+		return nil
+	}
+	sub := &paho.Subscribe{Subscriptions: make([]paho.SubscribeOptions, len(topics))}
+	for i, t := range topics {
 		sub.Subscriptions[i] = paho.SubscribeOptions{Topic: t.Filter, QoS: t.QoS, RetainHandling: 1}
 	}
 	sa, err := l.cli.Subscribe(ctx, sub)
@@ -111,12 +118,17 @@ func (l *link5) subscribe(ctx context.Context) error {
 		if err == nil {
 			err = errors.New("no SUBACK")
 		}
-		s.subFails.Add(uint64(len(s.cfg.Topics)))
+		s.subFails.Add(uint64(len(topics)))
 		return err
 	}
 	// A SUBACK with some refusals: report them and keep what was granted.
-	s.refused(sa.Reasons)
+	s.refused(topics, sa.Reasons)
 	return nil
+}
+
+func (l *link5) unsubscribe(ctx context.Context, filters []string) error {
+	_, err := l.cli.Unsubscribe(ctx, &paho.Unsubscribe{Topics: filters})
+	return err
 }
 
 func (l *link5) publish(ctx context.Context, topic string, payload []byte, qos byte, retain bool, user map[string]string) error {

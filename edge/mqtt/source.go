@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,9 @@ type Source struct {
 	clientID  string        // the broker-assigned ID once known, when cfg.ClientID is empty
 
 	warnedOverflow atomic.Uint64 // the connection generation last warned about
+	// topicsChanged: SetTopics changed the topics; every later connection
+	// subscribes to all of them, even one that resumed its session.
+	topicsChanged atomic.Bool
 
 	received, redelivered, acked                 atomic.Uint64
 	connects, reconnects, connectFails, subFails atomic.Uint64
@@ -328,6 +332,58 @@ func (s *Source) deliver(m Message) {
 	}
 }
 
+// topicList returns the topics to subscribe to now.
+func (s *Source) topicList() []Subscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Topics
+}
+
+// SetTopics replaces the topic filters the source subscribes to: on the
+// live connection it subscribes to the new filters and unsubscribes from
+// those no longer listed, and every later connection subscribes to the
+// new list. A failure on the live connection is returned (the next
+// connection subscribes again); the list is replaced either way. Removed
+// filters stay in a broker session the source does not connect to again.
+func (s *Source) SetTopics(ctx context.Context, topics []Subscription) error {
+	c := Config{Brokers: []string{"mqtt://localhost:1883"}, ClientID: "x", Topics: topics}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	topics = slices.Clone(topics)
+	s.mu.Lock()
+	old := s.cfg.Topics
+	s.cfg.Topics = topics
+	l := s.link
+	s.mu.Unlock()
+	s.topicsChanged.Store(true)
+	var added []Subscription
+	var removed []string
+	for _, t := range topics {
+		if i := slices.IndexFunc(old, func(o Subscription) bool { return o.Filter == t.Filter }); i < 0 || old[i].QoS != t.QoS {
+			added = append(added, t)
+		}
+	}
+	for _, o := range old {
+		if !slices.ContainsFunc(topics, func(t Subscription) bool { return t.Filter == o.Filter }) {
+			removed = append(removed, o.Filter)
+		}
+	}
+	if l == nil {
+		return nil
+	}
+	var errs []error
+	if len(added) > 0 {
+		errs = append(errs, l.subscribeTo(ctx, added))
+	}
+	if len(removed) > 0 {
+		if err := l.unsubscribe(ctx, removed); err != nil {
+			errs = append(errs, fmt.Errorf("mqtt: unsubscribe %v: %w", removed, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func (s *Source) setConnected(up bool, l link) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -350,6 +406,11 @@ type link interface {
 	// broker's answer. Filters the broker refuses are logged and counted
 	// (Stats.SubscribeErrors), not returned: the others still work.
 	subscribe(ctx context.Context) error
+	// subscribeTo subscribes to topics on the live connection, likewise.
+	subscribeTo(ctx context.Context, topics []Subscription) error
+	// unsubscribe ends the subscriptions of filters and waits for the
+	// broker's answer.
+	unsubscribe(ctx context.Context, filters []string) error
 	// publish sends one message and, for QoS 1, waits for its PUBACK.
 	publish(ctx context.Context, topic string, payload []byte, qos byte, retain bool, user map[string]string) error
 	// done is closed once the connection has ended and the client
@@ -498,12 +559,12 @@ func (s *Source) currentClientID() string {
 
 // refused logs and counts the filters a SUBACK refused or downgraded;
 // granted is the SUBACK's return code for each topic, in order.
-func (s *Source) refused(granted []byte) {
+func (s *Source) refused(topics []Subscription, granted []byte) {
 	for i, code := range granted {
-		if i >= len(s.cfg.Topics) {
+		if i >= len(topics) {
 			break
 		}
-		t := s.cfg.Topics[i]
+		t := topics[i]
 		switch {
 		case code >= 0x80:
 			s.subFails.Add(1)

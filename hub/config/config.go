@@ -31,6 +31,7 @@ type Config struct {
 	Insecure        bool
 	Auth            Auth
 	Merge           Merge
+	Fleet           Fleet
 	Log             settings.Log
 }
 
@@ -58,6 +59,13 @@ type Merge struct {
 	Resident       time.Duration
 	CommitInterval time.Duration
 	KeyGroups      int
+}
+
+// Fleet configures the control plane (hub/fleet), whose store lives in
+// DataDir.
+type Fleet struct {
+	Enabled bool          // serve the Fleet API and the control streams
+	Tick    time.Duration // how often rollouts advance
 }
 
 // Default returns the configuration an empty config file gives.

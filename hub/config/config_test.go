@@ -65,7 +65,7 @@ func TestEmptyConfig(t *testing.T) {
 	}
 	if c.GRPC.Addr != "127.0.0.1:7443" || c.HTTP.Addr != "127.0.0.1:7080" || c.Merge.EdgeTimeout != time.Minute || c.Merge.MaxFuture != time.Hour ||
 		c.Merge.Retention != 7*24*time.Hour || c.Merge.CommitInterval != 20*time.Millisecond || c.Merge.KeyGroups != 128 ||
-		c.Log.Level != settings.LevelInfo || !c.Plaintext() || c.DataDir != "./runnel-hub-data" {
+		c.Log.Level != settings.LevelInfo || !c.Plaintext() || c.DataDir != "./runnel-hub-data" || !c.Fleet.Enabled || c.Fleet.Tick != time.Second {
 		t.Errorf("defaults: %+v", c)
 	}
 	if err := Default().Validate(); err != nil {
@@ -222,6 +222,33 @@ func TestPlaintextRules(t *testing.T) {
 			t.Errorf("%v: %v", tc.args, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestFleetSettings: fleet.enabled and fleet.tick load from every source,
+// and a tick out of its range is refused.
+func TestFleetSettings(t *testing.T) {
+	c, err := loadData("hub.yaml", "fleet: {enabled: false, tick: 250ms}\n", nil, nil)
+	if err != nil || c.Fleet.Enabled || c.Fleet.Tick != 250*time.Millisecond {
+		t.Fatalf("from the file: %+v %v", c, err)
+	}
+	c, err = loadData("", "", []string{"--fleet-tick", "2s"}, []string{"RUNNEL_HUB_FLEET_ENABLED=false"})
+	if err != nil || c.Fleet.Enabled || c.Fleet.Tick != 2*time.Second {
+		t.Fatalf("from a flag and a variable: %+v %v", c, err)
+	}
+	for _, tc := range []struct{ file, flag, want string }{
+		{"fleet: {tick: 2m}\n", "", "hub.yaml:1:15: fleet.tick: 2m is out of range; must be 10ms to 1m"},
+		{"", "5ms", "flag --fleet-tick: 5ms is out of range; must be 10ms to 1m"},
+		{"fleet: {enabled: maybe}\n", "", "hub.yaml:1:18: fleet.enabled:"},
+	} {
+		var args []string
+		if tc.flag != "" {
+			args = []string{"--fleet-tick", tc.flag}
+		}
+		_, err := loadData("hub.yaml", tc.file, args, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q %q: %v, want %q", tc.file, tc.flag, err, tc.want)
 		}
 	}
 }

@@ -96,8 +96,11 @@ variable or a command-line flag. The REST and gRPC API it serves is in
 
   An edge may only send data under its own id. Without the file every edge
   is refused.
-- ` + "`auth.api_token`" + `, when set, is required by the read API (REST, SSE,
-  gRPC Results and Health); ` + "`/healthz`" + ` and ` + "`/metrics`" + ` stay open.
+- ` + "`auth.api_token`" + ` is the admin API token. When set, the read API (REST,
+  SSE, gRPC Results, Health and Fleet) requires it or a token created with it
+  through the Fleet API (roles viewer, operator, admin; see
+  [hub-api.md](hub-api.md)); ` + "`/healthz`" + ` and ` + "`/metrics`" + ` stay open.
+  Without it the read API is open and the Fleet API's changes are refused.
 
 ## Values
 

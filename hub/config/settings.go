@@ -49,7 +49,7 @@ var table = settings.New(settings.Table[Config]{
 			Doc:   "File of edge tokens, one 'edge-id token' pair a line ('#' starts a comment). An edge's uplink sends its token as a bearer token and may only send data under its own id. Without it every edge is refused.",
 			Value: settings.Path(func(c *Config) *string { return &c.Auth.EdgeTokensFile }, nil)},
 		{Path: "auth.api_token", Flag: "api-token", Env: "RUNNEL_HUB_API_TOKEN", Secret: true, Example: "\"...\"",
-			Doc:   "Bearer token the read API (REST, SSE, Results and Health over gRPC) requires; empty: the read API is open. A flag is visible to every user of the host (ps); prefer the variable or auth.api_token_file.",
+			Doc:   "The admin API token (named \"api\" in the fleet's audit log). When set, the read API (REST, SSE, Results, Health and Fleet over gRPC) requires it or a token created with it through the Fleet API; empty: the read API is open and the Fleet API's changes are refused. A flag is visible to every user of the host (ps); prefer the variable or auth.api_token_file.",
 			Value: settings.String(func(c *Config) *string { return &c.Auth.APIToken }, nil)},
 		{Path: "auth.api_token_file", Flag: "api-token-file", Env: "RUNNEL_HUB_API_TOKEN_FILE", Example: "/etc/runnel/api-token",
 			Doc:   "File holding the API token (a final line break is dropped). Not together with auth.api_token.",
@@ -73,6 +73,13 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "merge.key_groups", Flag: "key-groups", Env: "RUNNEL_HUB_KEY_GROUPS", Default: "128",
 			Doc:   "Key groups the merge state is partitioned into (1 to 32768), the unit a scaled-out hub moves between processes. Fixed when the store is created.",
 			Value: settings.Int(func(c *Config) *int { return &c.Merge.KeyGroups }, 1, 1<<15)},
+
+		{Path: "fleet.enabled", Flag: "fleet-enabled", Env: "RUNNEL_HUB_FLEET_ENABLED", Default: "true",
+			Doc:   "Serve the control plane: the Fleet API (pipelines with revisions, edges and their labels, deployments, tokens, audit log) and the edges' control streams, from the fleet store in data_dir. false: both answer Unimplemented.",
+			Value: settings.Bool(func(c *Config) *bool { return &c.Fleet.Enabled })},
+		{Path: "fleet.tick", Flag: "fleet-tick", Env: "RUNNEL_HUB_FLEET_TICK", Default: "1s",
+			Doc:   "How often the fleet store advances rollouts (10ms to 1m): steps' health gates, soak times and progress deadlines are checked at this period.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Fleet.Tick }, settings.Between(10*time.Millisecond, time.Minute))},
 	}, settings.LogSettings("RUNNEL_HUB_", func(c *Config) *settings.Log { return &c.Log })...),
 })
 

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 
@@ -13,20 +14,97 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/runnel-io/runnel/hub/fleet/fleeterr"
+	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
 
-// uplinkPrefix is the full-method prefix of the Uplink service, the only
-// one edges call; every other method is the read API.
-const uplinkPrefix = "/runnel.v1.Uplink/"
+// Full-method prefixes of the services edges call, with an edge token;
+// every other method takes an API token (methodRoles).
+const (
+	uplinkPrefix  = "/runnel.v1.Uplink/"
+	controlPrefix = "/runnel.v1.Control/"
+	fleetPrefix   = "/runnel.v1.Fleet/"
+)
+
+// role is what an API token may do; each role may do what the ones below
+// it may.
+type role uint8
+
+const (
+	roleViewer   role = iota + 1 // read results, health and the fleet's state
+	roleOperator                 // change pipelines, deployments and labels
+	roleAdmin                    // manage API tokens
+)
+
+var roleNames = [...]string{roleViewer: "viewer", roleOperator: "operator", roleAdmin: "admin"}
+
+func (r role) String() string {
+	if int(r) < len(roleNames) && roleNames[r] != "" {
+		return roleNames[r]
+	}
+	return fmt.Sprintf("role(%d)", r)
+}
+
+// parseRole reads a role name as FleetCore.Authenticate and CreateToken
+// carry it.
+func parseRole(s string) (role, bool) {
+	for r, name := range roleNames {
+		if name != "" && name == s {
+			return role(r), true
+		}
+	}
+	return 0, false
+}
+
+// methodRoles is the role each method of the API needs. A method of
+// neither this table nor an edge service is refused (fail closed);
+// TestAccessRules checks that every method the server registers is in
+// one or the other.
+var methodRoles = map[string]role{
+	runnelv1.Results_ListPipelines_FullMethodName: roleViewer,
+	runnelv1.Results_ListEdges_FullMethodName:     roleViewer,
+	runnelv1.Results_QueryResults_FullMethodName:  roleViewer,
+	runnelv1.Results_Subscribe_FullMethodName:     roleViewer,
+	runnelv1.Health_Check_FullMethodName:          roleViewer,
+
+	runnelv1.Fleet_GetPipeline_FullMethodName:            roleViewer,
+	runnelv1.Fleet_ListManagedPipelines_FullMethodName:   roleViewer,
+	runnelv1.Fleet_ListRevisions_FullMethodName:          roleViewer,
+	runnelv1.Fleet_DiffRevisions_FullMethodName:          roleViewer,
+	runnelv1.Fleet_ListFleetEdges_FullMethodName:         roleViewer,
+	runnelv1.Fleet_GetFleetEdge_FullMethodName:           roleViewer,
+	runnelv1.Fleet_GetDeployment_FullMethodName:          roleViewer,
+	runnelv1.Fleet_ListDeployments_FullMethodName:        roleViewer,
+	runnelv1.Fleet_ListDeploymentVersions_FullMethodName: roleViewer,
+	runnelv1.Fleet_ListAudit_FullMethodName:              roleViewer,
+
+	runnelv1.Fleet_ApplyPipeline_FullMethodName:   roleOperator,
+	runnelv1.Fleet_DeletePipeline_FullMethodName:  roleOperator,
+	runnelv1.Fleet_LabelEdge_FullMethodName:       roleOperator,
+	runnelv1.Fleet_ApplyDeployment_FullMethodName: roleOperator,
+	runnelv1.Fleet_Rollout_FullMethodName:         roleOperator,
+
+	runnelv1.Fleet_CreateToken_FullMethodName: roleAdmin,
+	runnelv1.Fleet_ListTokens_FullMethodName:  roleAdmin,
+	runnelv1.Fleet_RevokeToken_FullMethodName: roleAdmin,
+}
+
+// bootstrapName is the caller name of the configured API token in the
+// audit log; CreateToken refuses it as a token name.
+const bootstrapName = "api"
 
 // tokens checks bearer tokens. Only SHA-256 sums are kept, and a presented
-// token is compared with every edge's sum in constant time, so neither the
-// comparison nor the lookup tells how close a guess was or which edge
-// matched.
+// token is compared with every edge's sum and the API token's in constant
+// time, so neither the comparison nor the lookup tells how close a guess
+// was or which edge matched. Tokens created through the Fleet API are the
+// fleet's to check (FleetCore.Authenticate, which also keeps sums).
 type tokens struct {
 	edges  []edgeToken
 	api    [sha256.Size]byte
 	hasAPI bool
+	fleet  FleetCore // nil: no fleet; only the configured API token
+	log    *slog.Logger
 }
 
 type edgeToken struct {
@@ -34,8 +112,8 @@ type edgeToken struct {
 	sum [sha256.Size]byte
 }
 
-func newTokens(edges map[string]string, api string) (*tokens, error) {
-	t := &tokens{}
+func newTokens(edges map[string]string, api string, fleet FleetCore, log *slog.Logger) (*tokens, error) {
+	t := &tokens{fleet: fleet, log: log}
 	var problems []string
 	seen := map[[sha256.Size]byte]string{}
 	ids := make([]string, 0, len(edges))
@@ -92,16 +170,18 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 }
 
 var (
-	errNoToken  = status.Error(codes.Unauthenticated, "missing bearer token: send metadata authorization: Bearer <token>")
-	errBadToken = status.Error(codes.Unauthenticated, "unknown token")
+	errNoToken    = status.Error(codes.Unauthenticated, "missing bearer token: send metadata authorization: Bearer <token>")
+	errBadToken   = status.Error(codes.Unauthenticated, "unknown token")
+	errEdgeOnAPI  = status.Error(codes.PermissionDenied, "edge tokens call only the uplink and control stream")
+	errAPIOnEdge  = status.Error(codes.PermissionDenied, "API tokens call only the Fleet, Results and Health services; the uplink and control stream take an edge's token")
+	errNoAPIToken = status.Error(codes.Unauthenticated, "fleet changes need an API token and this hub has none configured: configure auth.api_token (the admin token that creates the others)")
+	errNoFleet    = status.Error(codes.Unimplemented, "the hub has no fleet store (fleet.enabled is false, or this build has no control plane)")
 )
 
-// edge returns the id of the edge whose token ctx carries.
-func (t *tokens) edge(ctx context.Context) (string, error) {
-	tok := bearer(ctx)
-	if tok == "" {
-		return "", errNoToken
-	}
+// match compares tok with every edge token and the API token, all of
+// them each time: the edge whose token it is, or whether it is the API
+// token.
+func (t *tokens) match(tok string) (edge string, api bool) {
 	sum := sha256.Sum256([]byte(tok))
 	match := -1
 	for i := range t.edges {
@@ -109,35 +189,98 @@ func (t *tokens) edge(ctx context.Context) (string, error) {
 			match = i
 		}
 	}
-	if match < 0 {
-		return "", errBadToken
+	api = t.hasAPI && subtle.ConstantTimeCompare(sum[:], t.api[:]) == 1
+	if match >= 0 {
+		return t.edges[match].id, false
 	}
-	return t.edges[match].id, nil
+	return "", api
 }
 
-// read checks the read API token, when one is configured.
-func (t *tokens) read(ctx context.Context) error {
-	if !t.hasAPI {
-		return nil
-	}
-	return t.readToken(bearer(ctx))
-}
-
-func (t *tokens) readToken(tok string) error {
-	if !t.hasAPI {
-		return nil
-	}
+// edge returns the id of the edge whose token ctx carries. An API token
+// is PermissionDenied; no token or an unknown one, Unauthenticated.
+func (t *tokens) edge(ctx context.Context) (string, error) {
+	tok := bearer(ctx)
 	if tok == "" {
-		return errNoToken
+		return "", errNoToken
 	}
-	sum := sha256.Sum256([]byte(tok))
-	if subtle.ConstantTimeCompare(sum[:], t.api[:]) != 1 {
-		return errBadToken
+	id, api := t.match(tok)
+	switch {
+	case id != "":
+		return id, nil
+	case api:
+		return "", errAPIOnEdge
 	}
-	return nil
+	if t.fleet != nil {
+		if _, _, err := t.fleet.Authenticate(tok); err == nil {
+			return "", errAPIOnEdge
+		}
+	}
+	return "", errBadToken
 }
 
-type edgeKey struct{}
+// caller is who called an API method: the token's name (the audit log's
+// who) and role. An anonymous caller (an open read API) has no name.
+type caller struct {
+	name string
+	role role
+}
+
+// apiCaller authenticates the API token tok (from the metadata, or an HTTP
+// header) for a method that needs role need. With no API token
+// configured, a call without a token is an anonymous viewer: reads are
+// open and changes refused. A token, when given, is always checked.
+func (t *tokens) apiCaller(tok, method string, need role) (caller, error) {
+	if tok == "" {
+		switch {
+		case t.hasAPI:
+			return caller{}, errNoToken
+		case need > roleViewer:
+			return caller{}, errNoAPIToken
+		}
+		return caller{role: roleViewer}, nil
+	}
+	edge, api := t.match(tok)
+	var c caller
+	switch {
+	case edge != "":
+		return caller{}, errEdgeOnAPI
+	case api:
+		c = caller{name: bootstrapName, role: roleAdmin}
+	case t.fleet == nil:
+		return caller{}, errBadToken
+	default:
+		name, rs, err := t.fleet.Authenticate(tok)
+		if errors.Is(err, fleeterr.ErrNotFound) {
+			return caller{}, errBadToken
+		}
+		if err != nil {
+			t.log.Error("hub: checking an API token", "method", method, "err", err)
+			return caller{}, status.Errorf(codes.Internal, "hub: checking the token: %v", err)
+		}
+		r, ok := parseRole(rs)
+		if !ok {
+			t.log.Error("hub: an API token has a role the server does not know", "token", name, "role", rs)
+			return caller{}, status.Errorf(codes.PermissionDenied, "token %q has role %q, which this hub does not know", name, rs)
+		}
+		c = caller{name: name, role: r}
+	}
+	if c.role < need {
+		return caller{}, status.Errorf(codes.PermissionDenied, "token %q (role %s) may not call %s: it needs role %s",
+			c.name, c.role, shortMethod(method), need)
+	}
+	return c, nil
+}
+
+// shortMethod is "Fleet.ApplyPipeline" for "/runnel.v1.Fleet/ApplyPipeline".
+func shortMethod(full string) string {
+	s := strings.TrimPrefix(full, "/runnel.v1.")
+	return strings.Replace(s, "/", ".", 1)
+}
+
+type (
+	edgeKey   struct{}
+	callerKey struct{}
+)
 
 // edgeOf returns the edge id the interceptor authenticated.
 func edgeOf(ctx context.Context) string {
@@ -145,32 +288,53 @@ func edgeOf(ctx context.Context) string {
 	return id
 }
 
-func (t *tokens) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if strings.HasPrefix(info.FullMethod, uplinkPrefix) {
+// callerOf returns the API caller the interceptor authenticated.
+func callerOf(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c
+}
+
+// authorize decides a call by its full method before the handler runs,
+// and returns the context the handler gets: with the edge id for the
+// edge services, with the caller for the rest. A refused call reaches no
+// handler.
+func (t *tokens) authorize(ctx context.Context, method string) (context.Context, error) {
+	fleetCall := strings.HasPrefix(method, fleetPrefix) || strings.HasPrefix(method, controlPrefix)
+	if fleetCall && t.fleet == nil {
+		return nil, errNoFleet
+	}
+	if strings.HasPrefix(method, uplinkPrefix) || strings.HasPrefix(method, controlPrefix) {
 		id, err := t.edge(ctx)
 		if err != nil {
 			return nil, err
 		}
-		ctx = context.WithValue(ctx, edgeKey{}, id)
-	} else if err := t.read(ctx); err != nil {
+		return context.WithValue(ctx, edgeKey{}, id), nil
+	}
+	need, ok := methodRoles[method]
+	if !ok {
+		return nil, status.Errorf(codes.PermissionDenied, "hub: %s has no access rule", method)
+	}
+	c, err := t.apiCaller(bearer(ctx), method, need)
+	if err != nil {
+		return nil, err
+	}
+	return context.WithValue(ctx, callerKey{}, c), nil
+}
+
+func (t *tokens) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, err := t.authorize(ctx, info.FullMethod)
+	if err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
 func (t *tokens) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx := ss.Context()
-	if strings.HasPrefix(info.FullMethod, uplinkPrefix) {
-		id, err := t.edge(ctx)
-		if err != nil {
-			return err
-		}
-		return handler(srv, &ctxStream{ServerStream: ss, ctx: context.WithValue(ctx, edgeKey{}, id)})
-	}
-	if err := t.read(ctx); err != nil {
+	ctx, err := t.authorize(ss.Context(), info.FullMethod)
+	if err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	return handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
 }
 
 type ctxStream struct {

@@ -1,15 +1,17 @@
 // Package server is the hub's network side: the gRPC services of
-// proto/runnel/v1 (Uplink for edges; Results and Health for readers),
-// the same read API as REST through grpc-gateway, Server-Sent Events,
-// /healthz and /metrics. It owns no state: every call goes to a Core
-// (*hub.Hub), which dedups, merges and stores.
+// proto/runnel/v1 (Uplink and Control for edges; Results, Health and
+// Fleet for API clients), the same API as REST through grpc-gateway,
+// Server-Sent Events, /healthz and /metrics. It owns no state: every call
+// goes to a Core (*hub.Hub), which dedups, merges and stores, or to a
+// FleetCore (hub/fleet), the control plane.
 //
 // # Listeners
 //
-//   - gRPC (default 127.0.0.1:7443): Uplink.Sync, Results, Health.
+//   - gRPC (default 127.0.0.1:7443): Uplink.Sync, Control.Connect,
+//     Results, Health, Fleet.
 //   - HTTP (default 127.0.0.1:7080): REST under /v1/ (docs/hub-api.md),
-//     /v1/openapi.json, SSE at /v1/pipelines/{pipeline}/results/events,
-//     /healthz, /metrics.
+//     the Fleet under /v1/fleet/, /v1/openapi.json, SSE at
+//     /v1/pipelines/{pipeline}/results/events, /healthz, /metrics.
 //
 // /healthz, the runnel_hub_health gauge and the Health service serve one
 // report (internal/health) of named checks: commit (failing while the
@@ -25,15 +27,33 @@
 //
 // # Auth
 //
-// Edges authenticate with a bearer token each (metadata
-// "authorization: Bearer <token>"), configured as edge id → token. The
-// interceptor maps the token to its edge before the handler runs: no
-// token or an unknown one is Unauthenticated; a Hello or Batch naming
-// another edge is PermissionDenied. Either way nothing reaches the core.
-// Tokens are kept as SHA-256 sums and compared in constant time against
-// every edge's. The read API (Results, Health, REST, SSE) needs the API
-// token when one is configured and is open otherwise; /healthz and
-// /metrics are always open (bind the HTTP listener accordingly).
+// The interceptor decides every call by its full method before a handler
+// runs; a refused call reaches neither core. Bearer tokens (metadata
+// "authorization: Bearer <token>") are of two kinds:
+//
+//   - Edge tokens, configured as edge id → token, call only the edge
+//     services (Uplink, Control). The interceptor maps the token to its
+//     edge; a Hello, Batch or Register naming another edge is
+//     PermissionDenied.
+//   - API tokens call everything else, by role (methodRoles): viewer
+//     reads (Results, Health, the Fleet's Get, List, Diff and Audit),
+//     operator also changes pipelines, deployments and labels, admin also
+//     manages tokens. An API token is Config.APIToken (admin, named "api"
+//     in the audit log) or one FleetCore.Authenticate accepts (its name,
+//     its role). The handler gets the caller (callerOf), whose name is
+//     the who of the change.
+//
+// A token of the wrong kind is PermissionDenied, a role too low
+// PermissionDenied naming the role needed, no token or an unknown one
+// Unauthenticated. Without an APIToken a call with no token is an
+// anonymous viewer: reads stay open as they were before the fleet, and
+// the Fleet's changes are Unauthenticated ("configure auth.api_token").
+// A token given is always checked. Edge tokens and the API token are
+// kept as SHA-256 sums and a presented one is compared in constant time
+// against all of them; fleet tokens are the FleetCore's to compare.
+// /healthz and /metrics are always open (bind the HTTP listener
+// accordingly). Without a Fleet, the Fleet and Control services answer
+// Unimplemented ("the hub has no fleet store") before any token check.
 //
 // # Uplink stream
 //
@@ -55,18 +75,45 @@
 // rest. When the edge closes its side, the stream stays until the last
 // batch is acked (at most 5 s).
 //
+// # Control stream
+//
+// Register first, naming the token's edge (else InvalidArgument or
+// PermissionDenied) and within the bounds of control.go (at most 1000
+// labels, 256 pipelines a status, 1 MiB a message; beyond them
+// InvalidArgument, and nothing of the message reaches the fleet). Then
+// FleetCore.Connect gives a channel of the edge's desired sets: a sender
+// goroutine Sends each in order, while the receive loop passes each
+// EdgeStatus to FleetCore.Status, always under the token's edge id. The
+// stream ends when the channel closes while the stream lasts (a newer
+// connection of the edge replaced it: Aborted), when the edge closes its
+// side (OK), on a refused message, or on Shutdown (Unavailable).
+//
+// # Fleet API
+//
+// The Fleet handlers are adapters: they refuse what is wrong in the
+// request itself (empty names, an unknown rollout action or role) with
+// InvalidArgument before the core is called, and map the FleetCore's
+// errors (fleeterr): ErrNotFound → NotFound, ErrInvalid →
+// InvalidArgument (a *fleeterr.SpecError with a runnelv1.SpecProblems
+// detail, at most 1000 problems, and the message listing them as
+// file:line:col: field: message, one per line), ErrConflict →
+// FailedPrecondition, ErrExists → AlreadyExists, anything else →
+// Internal, logged. The metrics of the fleet (runnel_hub_fleet_*) are
+// computed at each scrape from ListEdges("") and ListDeployments().
+//
 // # Invariants
 //
-//   - Every goroutine has an owner: the acker is the stream's and is
-//     waited for before the handler returns; the receive loop may sit
-//     in Recv until the handler returns, so the Server owns it and
-//     Shutdown waits for it. After Shutdown returns nothing calls the
-//     core, and it may be closed.
-//   - Only the receive loop calls Recv and only the acker calls Send
-//     after the Resume.
-//   - Shutdown ends uplink streams (Unavailable), subscriptions and SSE
-//     streams at once, then stops the gRPC servers gracefully until its
-//     context ends.
+//   - Every goroutine has an owner: the uplink's acker and the control
+//     stream's sender are the stream's and are waited for before the
+//     handler returns; the receive loops may sit in Recv until the
+//     handler returns, so the Server owns them and Shutdown waits for
+//     them. After Shutdown returns nothing calls the core or the fleet,
+//     and they may be closed.
+//   - Only the receive loop calls Recv after the first message, and only
+//     the acker (after the Resume) or the sender calls Send.
+//   - Shutdown ends uplink and control streams (Unavailable),
+//     subscriptions and SSE streams at once, then stops the gRPC servers
+//     gracefully until its context ends.
 //
 // # Caveats
 //
@@ -77,4 +124,10 @@
 //     API token, SSE needs a client that can (curl, most SDKs) or a proxy.
 //   - TLS certificates are read once, at New; renewing one needs a
 //     restart.
+//   - A hub with a fleet and no API token shows the fleet's state to
+//     anyone who reaches the listeners, and nobody can change it.
+//   - An edge that stops reading its control stream holds its sender in
+//     Send once the stream's flow-control window is full; the stream then
+//     ends only when the edge's connection does, or at Shutdown's
+//     deadline.
 package server

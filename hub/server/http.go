@@ -18,7 +18,9 @@ import (
 )
 
 // httpHandler routes the HTTP listener: the REST gateway under /v1/, the
-// OpenAPI document, Server-Sent Events, /healthz and /metrics.
+// OpenAPI document, Server-Sent Events, /healthz and /metrics. The
+// gateway serves Results, Health and Fleet (/v1/fleet/...), not the edge
+// services.
 func (s *Server) httpHandler() (http.Handler, error) {
 	gw := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   jsonOpts,
@@ -29,6 +31,9 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		return nil, fmt.Errorf("server: gateway: %w", err)
 	}
 	if err := runnelv1.RegisterHealthHandler(ctx, gw, s.innerConn); err != nil {
+		return nil, fmt.Errorf("server: gateway: %w", err)
+	}
+	if err := runnelv1.RegisterFleetHandler(ctx, gw, s.innerConn); err != nil {
 		return nil, fmt.Errorf("server: gateway: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -75,7 +80,8 @@ func keyParams(r *http.Request) map[string]string {
 // the core drops the subscription (the client reconnects) or the server
 // shuts down.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	if err := s.tokens.readToken(bearerHeader(r)); err != nil {
+	const method = runnelv1.Results_Subscribe_FullMethodName // the same stream
+	if _, err := s.tokens.apiCaller(bearerHeader(r), method, methodRoles[method]); err != nil {
 		httpError(w, err)
 		return
 	}

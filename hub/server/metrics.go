@@ -1,6 +1,8 @@
 package server
 
 import (
+	"log/slog"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -15,20 +17,27 @@ type metrics struct {
 	streams prometheus.Gauge   // uplink streams open
 	sse     prometheus.Gauge   // SSE clients
 	refused prometheus.Counter // batches or hellos under another edge's id
+	control prometheus.Gauge   // control streams open
 }
 
 // newMetrics registers the server's metrics, the core's (read from
-// core.Status at scrape time) and the health report's gauge.
-func newMetrics(core Core, report func() health.Report) *metrics {
+// core.Status at scrape time), the fleet's when there is one (read from
+// its edges and deployments at scrape time) and the health report's
+// gauge.
+func newMetrics(core Core, fleet FleetCore, report func() health.Report, log *slog.Logger) *metrics {
 	m := &metrics{
 		reg:     prometheus.NewRegistry(),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_uplink_streams", Help: "Uplink Sync streams open."}),
 		sse:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_sse_clients", Help: "Server-Sent Events subscribers connected."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnel_hub_uplink_permission_denied_total", Help: "Hellos and batches refused because they named another edge than their token's."}),
+		control: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_fleet_control_streams", Help: "Control streams open (edges connected to the control plane through this server)."}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.streams, m.sse, m.refused, coreCollector{core},
 		health.Collector("runnel_hub_health", "The hub's health per check (commit, refusals, parked, clock, epochs; node: the worst): 0 ok, 1 degraded, 2 failing.", nil, report))
+	if fleet != nil {
+		m.reg.MustRegister(m.control, fleetCollector{fleet: fleet, log: log})
+	}
 	return m
 }
 

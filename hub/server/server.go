@@ -52,10 +52,17 @@ type Config struct {
 	// send Hellos and batches under its own id. Empty: every Sync is
 	// refused.
 	EdgeTokens map[string]string
-	// APIToken, when set, is required (as a bearer token) by the Results
-	// and Health services, REST and SSE; empty: the read API is open.
-	// /healthz and /metrics are always open.
+	// APIToken, when set, is required (as a bearer token, or another
+	// token the Fleet accepts) by the Results, Health and Fleet
+	// services, REST and SSE; it has the admin role and is named "api" in
+	// the audit log. Empty: the read API is open, and the Fleet's changes
+	// are refused until it is set. /healthz and /metrics are always open.
 	APIToken string
+
+	// Fleet is the control plane (hub/fleet) behind the Fleet and
+	// Control services; nil: both answer Unimplemented. The server never
+	// closes it: whoever opened it closes it after Shutdown returns.
+	Fleet FleetCore
 
 	Heartbeat time.Duration // SSE comment interval; default DefaultHeartbeat
 	Version   string        // reported by Health.Check
@@ -67,6 +74,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	core    Core
+	fleet   FleetCore // nil: no control plane
 	log     *slog.Logger
 	tokens  *tokens
 	tls     *tls.Config // nil: plaintext
@@ -94,9 +102,9 @@ func New(core Core, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, core: core, log: cfg.Logger, quit: make(chan struct{}), errc: make(chan error, 3)}
+	s := &Server{cfg: cfg, core: core, fleet: cfg.Fleet, log: cfg.Logger, quit: make(chan struct{}), errc: make(chan error, 3)}
 	var err error
-	if s.tokens, err = newTokens(cfg.EdgeTokens, cfg.APIToken); err != nil {
+	if s.tokens, err = newTokens(cfg.EdgeTokens, cfg.APIToken, cfg.Fleet, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("server: tokens: %w", err)
 	}
 	switch {
@@ -112,7 +120,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	case !cfg.Insecure:
 		return nil, errors.New("server: no TLS certificate and key; set them, or allow plaintext explicitly (insecure)")
 	}
-	s.metrics = newMetrics(core, s.report)
+	s.metrics = newMetrics(core, cfg.Fleet, s.report, s.log)
 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsgSize),
@@ -131,6 +139,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	runnelv1.RegisterUplinkServer(s.grpc, &uplink{s: s})
 	runnelv1.RegisterResultsServer(s.grpc, &results{s: s})
 	runnelv1.RegisterHealthServer(s.grpc, &healthService{s: s})
+	s.registerFleet(s.grpc, true)
 
 	// The gateway calls an in-process server over a pipe: grpc-gateway's
 	// direct (HandlerServer) mode cannot stream, and dialing our own
@@ -139,6 +148,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	s.inner = grpc.NewServer(opts...)
 	runnelv1.RegisterResultsServer(s.inner, &results{s: s})
 	runnelv1.RegisterHealthServer(s.inner, &healthService{s: s})
+	s.registerFleet(s.inner, false)
 	s.innerLis = bufconn.Listen(1 << 20)
 	s.innerConn, err = grpc.NewClient("passthrough:///hub",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.innerLis.DialContext(ctx) }),
@@ -153,6 +163,24 @@ func New(core Core, cfg Config) (*Server, error) {
 	}
 	s.http = &http.Server{Handler: handler, TLSConfig: s.tls, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	return s, nil
+}
+
+// registerFleet registers the Fleet service on g and, with edges, the
+// Control service (the gateway's inner server serves no edge). Without a
+// fleet the interceptor answers both with errNoFleet; the Unimplemented
+// servers registered then are never reached.
+func (s *Server) registerFleet(g *grpc.Server, edges bool) {
+	if s.fleet == nil {
+		runnelv1.RegisterFleetServer(g, runnelv1.UnimplementedFleetServer{})
+		if edges {
+			runnelv1.RegisterControlServer(g, runnelv1.UnimplementedControlServer{})
+		}
+		return
+	}
+	runnelv1.RegisterFleetServer(g, &fleetService{s: s})
+	if edges {
+		runnelv1.RegisterControlServer(g, &control{s: s})
+	}
 }
 
 // Start listens on both addresses and serves in the background. When it
@@ -174,6 +202,9 @@ func (s *Server) Start() error {
 	}
 	if len(s.cfg.EdgeTokens) == 0 {
 		s.log.Warn("hub: no edge tokens configured; every edge is refused")
+	}
+	if s.fleet != nil && s.cfg.APIToken == "" {
+		s.log.Warn("hub: no API token configured: the fleet's state is open to read and its changes are refused; set auth.api_token")
 	}
 	serve := func(name string, f func() error) {
 		s.wg.Add(1)
@@ -227,11 +258,11 @@ func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
 	return errors.Join(err, s.Shutdown(sctx))
 }
 
-// Shutdown stops the server: uplink streams end with Unavailable (edges
-// reconnect to the next hub or retry), subscriptions and SSE streams end,
+// Shutdown stops the server: uplink and control streams end with
+// Unavailable (edges reconnect to the next hub or retry), subscriptions and SSE streams end,
 // in-flight unary calls finish until ctx ends, and then everything is
 // cut. It returns once every goroutine the server started has stopped;
-// after that the core may be closed.
+// after that the core and the fleet may be closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.quitOnce.Do(func() { close(s.quit) })
 	var errs []error

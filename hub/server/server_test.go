@@ -371,8 +371,8 @@ func TestREST(t *testing.T) {
 	if code, body := e.get(t, "/v1/pipelines", ""); code != 401 {
 		t.Errorf("without a token: %d %s, want 401", code, body)
 	}
-	if code, body := e.get(t, "/v1/pipelines", "token-1"); code != 401 {
-		t.Errorf("with an edge token: %d %s, want 401", code, body)
+	if code, body := e.get(t, "/v1/pipelines", "token-1"); code != 403 || !strings.Contains(body, "edge tokens call only") {
+		t.Errorf("with an edge token: %d %s, want 403", code, body)
 	}
 
 	var ps struct {

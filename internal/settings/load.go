@@ -202,7 +202,7 @@ func (l *loader[C]) parseEnv(environ []string) envValues[C] {
 func (l *loader[C]) applyEnv(env envValues[C]) {
 	for _, e := range env.vals {
 		o := Origin{src: fromEnv, name: e.st.Env}
-		if e.st.Value.Kind() != KindPaths {
+		if !isList(e.st.Value.Kind()) {
 			if v, ok := l.parseText(e.st, o, e.text, ""); ok {
 				l.store(e.st, o, v, nil)
 			}
@@ -352,7 +352,7 @@ func (l *loader[C]) applyFlags(flags flagValues[C]) {
 	for _, f := range flags.vals {
 		last := len(f.texts) - 1
 		o := Origin{src: fromFlag, name: f.st.Flag, arg: f.args[last]}
-		if f.st.Value.Kind() != KindPaths {
+		if !isList(f.st.Value.Kind()) {
 			if v, ok := l.parseText(f.st, o, f.texts[last], ""); ok {
 				l.store(f.st, o, v, nil)
 			}

@@ -43,6 +43,8 @@ func flagSyntax[C any](st *Setting[C]) string {
 		return s + " " + strings.Join(st.Value.Choices(), "|")
 	case KindPaths:
 		return s + " PATH (repeatable)"
+	case KindStrings:
+		return s + " VALUE (repeatable)"
 	case KindBytes:
 		return s + " SIZE"
 	}
@@ -111,6 +113,8 @@ func (t *Table[C]) Markdown(w io.Writer) {
 			typ = "`" + strings.Join(st.Value.Choices(), "` \\| `") + "`"
 		case KindPaths:
 			typ = "list of paths"
+		case KindStrings:
+			typ = "list"
 		case KindBytes:
 			typ = "size"
 		}

@@ -20,8 +20,9 @@ type Kind string
 
 const (
 	KindString   Kind = "string"
-	KindPath     Kind = "path"  // a string naming a file or directory
-	KindPaths    Kind = "paths" // a list of paths or globs
+	KindPath     Kind = "path"    // a string naming a file or directory
+	KindPaths    Kind = "paths"   // a list of paths or globs
+	KindStrings  Kind = "strings" // a list of strings
 	KindBool     Kind = "bool"
 	KindInt      Kind = "int"
 	KindDuration Kind = "duration" // spec.ParseDuration's syntax
@@ -99,11 +100,12 @@ func (s scalar[C, T]) Show(c *C) string {
 
 // stringList is a list of strings, each checked on its own.
 type stringList[C any] struct {
+	kind   Kind // KindPaths or KindStrings
 	checkT func(string) error
 	field  func(*C) *[]string
 }
 
-func (s stringList[C]) Kind() Kind        { return KindPaths }
+func (s stringList[C]) Kind() Kind        { return s.kind }
 func (s stringList[C]) Choices() []string { return nil }
 func (s stringList[C]) Field(c *C) any    { return s.field(c) }
 
@@ -156,8 +158,17 @@ func Path[C any](field func(*C) *string, check func(string) error) Value[C] {
 // (or a single scalar) in YAML, comma-separated in a variable, a
 // repeatable flag.
 func Paths[C any](field func(*C) *[]string, check func(string) error) Value[C] {
-	return stringList[C]{checkT: check, field: field}
+	return stringList[C]{kind: KindPaths, checkT: check, field: field}
 }
+
+// Strings is a list of strings, each checked by check, given as Paths
+// are but never resolved as paths.
+func Strings[C any](field func(*C) *[]string, check func(string) error) Value[C] {
+	return stringList[C]{kind: KindStrings, checkT: check, field: field}
+}
+
+// isList reports whether values of kind k are lists.
+func isList(k Kind) bool { return k == KindPaths || k == KindStrings }
 
 // Bool is true or false; a flag may be given bare.
 func Bool[C any](field func(*C) *bool) Value[C] {

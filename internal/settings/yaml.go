@@ -142,7 +142,7 @@ func (f *fileDecoder[C]) leaf(st *Setting[C], n *yaml.Node) {
 		return
 	}
 	o := f.origin(n)
-	if st.Value.Kind() != KindPaths {
+	if !isList(st.Value.Kind()) {
 		if n.Kind != yaml.ScalarNode {
 			f.add(n, st.Path, "expected %s, got %s", valueExample(st), kindName(n))
 			f.l.markBad(st)
@@ -272,6 +272,8 @@ func valueExample[C any](st *Setting[C]) string {
 		return "a path"
 	case KindPaths:
 		return "a list of paths, such as [pipelines/*.yaml]"
+	case KindStrings:
+		return "a list of strings"
 	}
 	return "a string"
 }

@@ -697,9 +697,13 @@ func (x *Partial) GetRevision() uint32 {
 }
 
 type Watermark struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pipeline      string                 `protobuf:"bytes,1,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
-	WatermarkMs   int64                  `protobuf:"varint,2,opt,name=watermark_ms,json=watermarkMs,proto3" json:"watermark_ms,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Pipeline    string                 `protobuf:"bytes,1,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	WatermarkMs int64                  `protobuf:"varint,2,opt,name=watermark_ms,json=watermarkMs,proto3" json:"watermark_ms,omitempty"`
+	// revision of the pipeline whose watermark it is (0: a local
+	// pipeline). While an edge changes revision, one batch may carry the
+	// last watermark of the old revision and the first of the new.
+	Revision      uint32 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -744,6 +748,13 @@ func (x *Watermark) GetPipeline() string {
 func (x *Watermark) GetWatermarkMs() int64 {
 	if x != nil {
 		return x.WatermarkMs
+	}
+	return 0
+}
+
+func (x *Watermark) GetRevision() uint32 {
+	if x != nil {
+		return x.Revision
 	}
 	return 0
 }
@@ -849,10 +860,11 @@ const file_runnel_v1_uplink_proto_rawDesc = "" +
 	"window_end\x18\x05 \x01(\x03R\twindowEnd\x12\x18\n" +
 	"\aversion\x18\x06 \x01(\rR\aversion\x12\x14\n" +
 	"\x05state\x18\a \x01(\fR\x05state\x12\x1a\n" +
-	"\brevision\x18\b \x01(\rR\brevision\"J\n" +
+	"\brevision\x18\b \x01(\rR\brevision\"f\n" +
 	"\tWatermark\x12\x1a\n" +
 	"\bpipeline\x18\x01 \x01(\tR\bpipeline\x12!\n" +
-	"\fwatermark_ms\x18\x02 \x01(\x03R\vwatermarkMs\"8\n" +
+	"\fwatermark_ms\x18\x02 \x01(\x03R\vwatermarkMs\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\rR\brevision\"8\n" +
 	"\x03Ack\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq2E\n" +

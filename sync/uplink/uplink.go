@@ -28,7 +28,8 @@ import (
 type Entry struct {
 	Seq       uint64
 	Pipeline  string
-	Local     bool // not for the hub (the pipeline has no hub output): sent as a sequence number only
+	Revision  uint32 // of the pipeline (0: a local pipeline)
+	Local     bool   // not for the hub (the pipeline has no hub output): sent as a sequence number only
 	Marker    bool
 	Watermark int64 // Marker only
 
@@ -195,6 +196,14 @@ func New(cfg Config, ob Outbox) (*Uplink, error) {
 	u.lastErr.Store("")
 	return u, nil
 }
+
+// Conn is the uplink's connection to the hub, for other streams to the
+// same hub (the edge's control stream). Run closes it when it returns.
+func (u *Uplink) Conn() *grpc.ClientConn { return u.conn }
+
+// Backoff returns the retry delays the uplink uses: other streams to the
+// hub back off alike.
+func (u *Uplink) Backoff() (lo, hi time.Duration) { return u.cfg.BackoffMin, u.cfg.BackoffMax }
 
 type bearer struct {
 	token  string
@@ -615,8 +624,14 @@ type batcher struct {
 	req      runnelv1.SyncRequest
 	partials []runnelv1.Partial
 	ptrs     []*runnelv1.Partial
-	wms      map[string]*runnelv1.Watermark
+	wms      map[wmKey]*runnelv1.Watermark
 	buf      []byte // copies of keys and states: entries are valid only in Read's callback
+}
+
+// wmKey names the watermark of one revision of a pipeline in a batch.
+type wmKey struct {
+	pipeline string
+	revision uint32
 }
 
 // build reads entries [from, to) up to max of them, within the hub's
@@ -627,7 +642,7 @@ type batcher struct {
 func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int, lim Limits) (*runnelv1.SyncRequest, uint64, uint64, []Refused, error) {
 	b.partials, b.ptrs, b.buf = b.partials[:0], b.ptrs[:0], b.buf[:0]
 	if b.wms == nil {
-		b.wms = map[string]*runnelv1.Watermark{}
+		b.wms = map[wmKey]*runnelv1.Watermark{}
 	}
 	clear(b.wms)
 	var firstSeq, last uint64
@@ -645,7 +660,7 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int,
 		switch {
 		case e.Local:
 		case e.Marker:
-			if _, ok := b.wms[e.Pipeline]; !ok {
+			if _, ok := b.wms[wmKey{e.Pipeline, e.Revision}]; !ok {
 				size = partialOverhead + len(e.Pipeline)
 			}
 		default:
@@ -671,7 +686,7 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int,
 			return true
 		}
 		if e.Marker {
-			b.wms[e.Pipeline] = &runnelv1.Watermark{Pipeline: e.Pipeline, WatermarkMs: e.Watermark}
+			b.wms[wmKey{e.Pipeline, e.Revision}] = &runnelv1.Watermark{Pipeline: e.Pipeline, WatermarkMs: e.Watermark, Revision: e.Revision}
 			return true
 		}
 		k0 := len(b.buf)
@@ -679,7 +694,7 @@ func (b *batcher) build(ob Outbox, edge string, epoch, from, to uint64, max int,
 		s0 := len(b.buf)
 		b.buf = append(b.buf, e.State...)
 		spans = append(spans, span{k0, s0, s0, len(b.buf)})
-		b.partials = append(b.partials, runnelv1.Partial{Seq: e.Seq, Pipeline: e.Pipeline,
+		b.partials = append(b.partials, runnelv1.Partial{Seq: e.Seq, Pipeline: e.Pipeline, Revision: e.Revision,
 			WindowStart: e.Start, WindowEnd: e.End, Version: e.Version})
 		return true
 	})

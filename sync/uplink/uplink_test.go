@@ -60,11 +60,13 @@ type fakeHub struct {
 	// batch, so the edge has sent more by the time it answers one.
 	recvDelay time.Duration
 
-	hellos   int            // Hellos received
-	partials map[uint64]int // seq -> times received as a partial, applied or refused
-	batches  []recvBatch    // every batch received, in order
-	applied  []uint64       // seqs of the partials applied, in order
-	refusals int            // batches refused
+	hellos   int               // Hellos received
+	partials map[uint64]int    // seq -> times received as a partial, applied or refused
+	batches  []recvBatch       // every batch received, in order
+	applied  []uint64          // seqs of the partials applied, in order
+	refusals int               // batches refused
+	revs     map[uint64]uint32 // seq -> the partial's revision, when not nil
+	wmRevs   map[string]int64  // "pipeline@revision" -> watermark, when not nil
 }
 
 // recvBatch is what the hub received in one batch.
@@ -178,8 +180,16 @@ func (h *fakeHub) apply(m *runnelv1.SyncRequest) (*runnelv1.Ack, error) {
 			h.applied = append(h.applied, p.Seq)
 		}
 	}
+	for _, p := range b.Partials {
+		if h.revs != nil {
+			h.revs[p.Seq] = p.Revision
+		}
+	}
 	for _, w := range b.Watermarks {
 		h.wm[w.Pipeline] = max(h.wm[w.Pipeline], w.WatermarkMs)
+		if h.wmRevs != nil {
+			h.wmRevs[fmt.Sprintf("%s@%d", w.Pipeline, w.Revision)] = max(h.wmRevs[fmt.Sprintf("%s@%d", w.Pipeline, w.Revision)], w.WatermarkMs)
+		}
 	}
 	h.acked = max(h.acked, b.LastSeq)
 	return &runnelv1.Ack{Epoch: h.epoch, AckedSeq: h.acked}, nil
@@ -409,5 +419,32 @@ func checkDelivered(t *testing.T, h *fakeHub, es []uplink.Entry, skip map[uint64
 		if h.applied[i] <= h.applied[i-1] {
 			t.Fatalf("applied %d after %d", h.applied[i], h.applied[i-1])
 		}
+	}
+}
+
+// TestRevisionsSent: partials and watermark markers carry their pipeline
+// revision; one batch can hold the last marker of one revision and the
+// first of the next, and both arrive.
+func TestRevisionsSent(t *testing.T) {
+	h := newHub()
+	h.revs, h.wmRevs = map[uint64]uint32{}, map[string]int64{}
+	ob := uplinktest.New()
+	ob.Add(
+		uplink.Entry{Pipeline: "p", Revision: 1, Key: []byte("k"), Start: 0, End: 10, Version: 1, State: []byte{1}},
+		uplink.Entry{Pipeline: "p", Revision: 1, Marker: true, Watermark: 10},
+		uplink.Entry{Pipeline: "p", Revision: 2, Key: []byte("k"), Start: 10, End: 20, Version: 1, State: []byte{1}},
+		uplink.Entry{Pipeline: "p", Revision: 2, Marker: true, Watermark: 5},
+		uplink.Entry{Pipeline: "q", Key: []byte("k"), Start: 0, End: 10, Version: 1, State: []byte{1}},
+	)
+	_, stop := start(t, serve(t, h), ob)
+	waitAcked(t, ob, 5)
+	stop()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.revs[1] != 1 || h.revs[3] != 2 || h.revs[5] != 0 {
+		t.Errorf("revisions received %v, want 1:1 3:2 5:0", h.revs)
+	}
+	if h.wmRevs["p@1"] != 10 || h.wmRevs["p@2"] != 5 {
+		t.Errorf("watermarks received %v, want p@1 10 and p@2 5", h.wmRevs)
 	}
 }
