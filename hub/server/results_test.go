@@ -87,8 +87,8 @@ func TestResultsRevisions(t *testing.T) {
 	}})
 	apply(&runnelv1.Batch{EdgeId: "gw-2", Epoch: 1, FirstSeq: 1, LastSeq: 1, Partials: []*runnelv1.Partial{
 		{Seq: 1, Pipeline: "temps", Revision: 2, Key: key("d1"), WindowEnd: 60000, Version: 1, State: revState(set1, 30)},
-	}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 60000}}})
-	apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 3, LastSeq: 2, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 60000}}})
+	}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", Revision: 2, WatermarkMs: 60000}}})
+	apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 3, LastSeq: 2, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", Revision: 2, WatermarkMs: 60000}}})
 	r, err := sub.Recv()
 	if err != nil || r.Values.Fields["avg_temp"] == nil || len(r.Revisions) == 0 {
 		t.Fatalf("subscribed result %v, %v", r, err)
@@ -125,7 +125,7 @@ func TestResultsRevisions(t *testing.T) {
 	}
 	apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 3, LastSeq: 3, Partials: []*runnelv1.Partial{
 		{Seq: 3, Pipeline: "temps", Revision: 3, Key: key("d1"), WindowStart: 60000, WindowEnd: 120000, Version: 1, State: revState(set3, 5, 7)},
-	}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 120000}}})
+	}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", Revision: 3, WatermarkMs: 120000}}})
 	if r, err := sub.Recv(); err != nil || r.Values.Fields["hi"].GetNumberValue() != 7 || !slices.Equal(r.Revisions, []uint32{3}) {
 		t.Fatalf("subscribed result of class 3: %v, %v", r, err)
 	}
@@ -193,7 +193,7 @@ func TestResultsDefineDuringQuery(t *testing.T) {
 		}
 		if err := h.Apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 1, LastSeq: 1, Partials: []*runnelv1.Partial{
 			{Seq: 1, Pipeline: "temps", Revision: rev, Key: mustKey(t, revs[0].Pipeline, "d1"), WindowEnd: 60000, Version: 1, State: revState(revs[0].Pipeline.Aggregates, 10)},
-		}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 60000}}}); err != nil {
+		}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", Revision: rev, WatermarkMs: 60000}}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.Commit(); err != nil {
