@@ -103,26 +103,25 @@
 // sequence, in the same transaction, to the parked bucket
 // (docs/formats/hub-store.md), counted (Status.PartialsParked, and
 // Status.Parked per pipeline with its revisions) and logged once per
-// (edge, pipeline, revision). When the hub
-// opens knowing such a (pipeline, revision), or Define makes it known
-// while the hub runs, its parked partials are applied as if they had just
-// arrived, in (edge, epoch, seq) order, under the per-edge
-// replace-if-newer rule and expiry (an evicted window is reloaded first);
-// a parked partial that does not decode with the pipeline's aggregates is
-// dropped with a log line and counted in Status.PartialsRefused. Parked
-// watermarks become the edges' watermarks of the pipeline (or class). The
-// next commit writes the applied partials and deletes the revision's
-// parked records, in one transaction: a crash before it parks them still,
-// and the next Open that knows the revision applies them again, once. Each
-// edge may have ParkedQuota
-// bytes parked (default 64 MiB); beyond it its partials of unknown
-// pipelines are refused per entry (RefusedError, the reason says the
-// quota is full), so the edge sets them aside, while its other pipelines
-// go on. Parked records older than Retention (by the hub's clock when
-// parked; a parked watermark counts as parked again with each partial of
-// its edge, pipeline and revision) are deleted by a sweep that runs once the oldest
-// is past Retention by a sixteenth of it (Status.ParkedExpired), and are
-// not applied at Open.
+// (edge, pipeline, revision). When the hub opens knowing such a (pipeline,
+// revision), or Define makes it known while the hub runs, its parked
+// partials are applied as if they had just arrived, in (edge, epoch, seq)
+// order, under the per-edge replace-if-newer rule and expiry (an evicted
+// window is reloaded first); a parked partial that does not decode with
+// the pipeline's aggregates is dropped with a log line and counted in
+// Status.PartialsRefused. Parked watermarks become the edges' watermarks
+// of the pipeline (or class). The next commit writes the applied partials
+// and deletes the revision's parked records, in one transaction: a crash
+// before it parks them still, and the next Open that knows the revision
+// applies them again, once. Each edge may have ParkedQuota bytes parked
+// (default 64 MiB); beyond it its partials of unknown pipelines are
+// refused per entry (RefusedError, the reason says the quota is full), so
+// the edge sets them aside, while its other pipelines go on. Parked
+// records older than Retention (by the hub's clock when parked; a parked
+// watermark counts as parked again with each partial of its edge, pipeline
+// and revision) are deleted by a sweep that runs once the oldest is past
+// Retention by a sixteenth of it (Status.ParkedExpired), and are not
+// applied at Open.
 //
 // # Epochs
 //
