@@ -80,7 +80,6 @@ func (h *Hub) edgeFor(id string, epoch uint64) *edge {
 		epoch: epoch,
 		wm:    make([]int64, n),
 		hasWM: make([]bool, n),
-		sent:  make([]bool, n),
 		dirty: true,
 	}
 	h.edges = append(h.edges, e)
@@ -177,50 +176,55 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 		}
 		e.applied = max(applied, b.LastSeq)
 	}
-	// After the partials: a watermark applies to the classes the edge sent
-	// partials of, and the batch's may be the first.
 	h.applyWatermarks(cat, now, e, b.Watermarks)
 	return nil
 }
 
-// applyWatermarks takes an edge's watermarks, each for a pipeline name:
-// for its local pipeline, for each of its classes the edge sent partials
-// of or holds a watermark for, and for each revision of it the hub does
-// not know yet whose partials of the edge are parked. One for a name the
-// hub knows nothing of is parked as revision 0's. Caller holds h.mu.
+// applyWatermarks takes an edge's watermarks, each of one (pipeline,
+// revision): as the edge's watermark of the pipe its partials merge into
+// (the local pipeline for revision 0, the class of a managed revision),
+// or parked while the hub does not know it. The end of time of a managed
+// revision (an ended revision's last watermark: every window of it was
+// sent) is taken as it is; any other watermark beyond the clock bound is
+// held at it. Caller holds h.mu.
 func (h *Hub) applyWatermarks(cat *catalog, now time.Time, e *edge, wms []*runnelv1.Watermark) {
 	if len(wms) == 0 {
 		return
 	}
-	nowMs := now.UnixMilli()
 	bound := h.futureBound(now)
+	var pp *pipe
+	var rev uint32 // of the watermark pp was looked up for
 	for _, wm := range wms {
 		w := wm.WatermarkMs
-		if w > bound {
+		if w > bound && (w != endOfTime || wm.Revision == 0) {
 			h.clamp(now, e.id, wm.Pipeline, w, bound)
 			w = bound
 		}
-		taken := false
-		n := cat.names[wm.Pipeline]
-		if n != nil {
-			if pp := n.local; pp != nil {
-				e.takeWatermark(pp.idx, w)
-				taken = true
-			}
-			for _, pp := range n.classes {
-				if i := pp.idx; e.sent[i] || e.hasWM[i] {
-					e.takeWatermark(i, w)
-					taken = true
-				}
-			}
+		if pp == nil || pp.name != wm.Pipeline || rev != wm.Revision {
+			pp, rev = cat.pipeOf(wm.Pipeline, wm.Revision), wm.Revision
 		}
-		if len(h.parking.revsOf) > 0 && h.parkWatermarks(nowMs, e, wm.Pipeline, w) {
-			taken = true
+		if pp == nil {
+			h.parkWatermark(now.UnixMilli(), e, wm.Pipeline, wm.Revision, w)
+			continue
 		}
-		if !taken && n == nil {
-			h.parkWatermark(nowMs, e, wm.Pipeline, 0, w)
-		}
+		e.takeWatermark(pp.idx, w)
 	}
+}
+
+// endOfTime is the watermark of a managed revision that ended at the edge
+// (replaced by an incompatible one, or removed): its open windows fired
+// as final results, so it holds no window back. The hub watermark itself
+// stays bounded by the clock. It is window.MaxTime. A local pipeline does
+// not end so: there it is a watermark beyond the clock like any other.
+const endOfTime = math.MaxInt64
+
+// heldAt is an edge's watermark w of pp held at bound, unless it is the
+// end of time of a class.
+func (pp *pipe) heldAt(w, bound int64) int64 {
+	if w == endOfTime && pp.class != 0 {
+		return w
+	}
+	return min(w, bound)
 }
 
 // takeWatermark raises the edge's watermark of pipe i to w.
@@ -271,9 +275,6 @@ func (h *Hub) applyPartial(pp *pipe, e *edge, epoch uint64, p *runnelv1.Partial)
 	if pt == nil {
 		w.parts = append(w.parts, part{edge: e.idx})
 		pt = &w.parts[len(w.parts)-1]
-		// A part in memory means the edge sent partials of pp (applied,
-		// or loaded from the store).
-		e.sent[pp.idx] = true
 	} else if !newer(epoch, p.Seq, pt.epoch, pt.seq) {
 		h.stats.PartialsDup++
 		return
@@ -382,7 +383,7 @@ func (h *Hub) validate(cat *catalog, b *runnelv1.Batch, now time.Time) (minEnd i
 		if wm == nil {
 			return 0, nil, false, bad("nil watermark")
 		}
-		if cat.names[wm.Pipeline] == nil {
+		if cat.pipeOf(wm.Pipeline, wm.Revision) == nil {
 			if wm.Pipeline == "" || len(wm.Pipeline) > maxPipeLen {
 				return 0, nil, false, bad("watermark for a pipeline name of %d bytes, want 1..%d", len(wm.Pipeline), maxPipeLen)
 			}

@@ -151,7 +151,7 @@ func (h *Hub) readClass(tx *bolt.Tx, pp *pipe) (*classLoad, error) {
 			return fmt.Errorf("hub: store: edge %q: %v: %w", k, err, ErrCorrupt)
 		}
 		for _, w := range rec.watermarks {
-			if w.pipeline == pp.store && rec.epoch <= MaxEpoch {
+			if w.pipeline == pp.store {
 				load.wms = append(load.wms, edgeWatermark{string(k), w.wm})
 			}
 		}
@@ -173,7 +173,7 @@ func (h *Hub) takeClass(pp *pipe, load *classLoad) {
 	for _, w := range load.wms {
 		if i, ok := h.edgeIdx[w.edge]; ok {
 			e := h.edges[i]
-			e.takeWatermark(pp.idx, min(w.wm, bound))
+			e.takeWatermark(pp.idx, pp.heldAt(w.wm, bound))
 			e.dirty = true
 		}
 	}
@@ -259,7 +259,7 @@ func (h *Hub) unparkWatermarks(pp *pipe, rk revKey) {
 	bound := h.futureBound(h.cfg.Now())
 	for k, m := range h.parking.wms {
 		if k.pipeline == rk.name && k.revision == rk.rev {
-			h.unparkWatermark(pp, h.edges[k.edge], min(m.wm, bound))
+			h.unparkWatermark(pp, h.edges[k.edge], pp.heldAt(m.wm, bound))
 		}
 	}
 }

@@ -81,13 +81,16 @@
 // class a query with revision 0 reads when it begins, and is closed when
 // Define makes a revision of another class the latest.
 //
-// An edge's watermark names a pipeline, not a revision: it applies to the
-// local pipeline of that name, and to each class the edge sent partials
-// of (this run, or as loaded from the store) or holds a watermark of. An
-// edge that switched to another class keeps moving the old one's
-// watermark (its windows there are complete: it flushed them at the
-// switch), and an edge that never sent partials of a class neither holds
-// its watermark back nor moves it.
+// An edge's watermark is of one (pipeline, revision), as its partials
+// are: it is the edge's watermark of the pipe those merge into, so an edge
+// running a revision of one class neither holds back nor moves another
+// class's watermark. A revision that ends at the edge (replaced by an
+// incompatible one, or removed) fires its open windows and sends the end
+// of time (math.MaxInt64) as its last watermark: the hub takes it as it
+// is, not as a clock error (Time, below), so the edge holds that class
+// back no more while it runs the next one, and a class all of whose edges
+// ended gets the clock's bound as its watermark, which emits its last
+// windows.
 //
 // # Unknown pipelines and revisions
 //
@@ -100,28 +103,25 @@
 // sequence, in the same transaction, to the parked bucket
 // (docs/formats/hub-store.md), counted (Status.PartialsParked, and
 // Status.Parked per pipeline with its revisions) and logged once per
-// (edge, pipeline, revision). An edge's watermark of a pipeline is parked
-// for each of its revisions whose partials of the edge are parked, or as
-// revision 0's when the hub knows nothing of the pipeline. When the hub
-// opens knowing such a (pipeline, revision), or Define makes it known
-// while the hub runs, its parked partials are applied as if they had just
-// arrived, in (edge, epoch, seq) order, under the per-edge
-// replace-if-newer rule and expiry (an evicted window is reloaded first);
-// a parked partial that does not decode with the pipeline's aggregates is
-// dropped with a log line and counted in Status.PartialsRefused. Parked
-// watermarks become the edges' watermarks of the pipeline (or class). The
-// next commit writes the applied partials and deletes the revision's
-// parked records, in one transaction: a crash before it parks them still,
-// and the next Open that knows the revision applies them again, once. Each
-// edge may have ParkedQuota
-// bytes parked (default 64 MiB); beyond it its partials of unknown
-// pipelines are refused per entry (RefusedError, the reason says the
-// quota is full), so the edge sets them aside, while its other pipelines
-// go on. Parked records older than Retention (by the hub's clock when
-// parked; a parked watermark counts as parked again with each partial of
-// its edge, pipeline and revision) are deleted by a sweep that runs once the oldest
-// is past Retention by a sixteenth of it (Status.ParkedExpired), and are
-// not applied at Open.
+// (edge, pipeline, revision). When the hub opens knowing such a (pipeline,
+// revision), or Define makes it known while the hub runs, its parked
+// partials are applied as if they had just arrived, in (edge, epoch, seq)
+// order, under the per-edge replace-if-newer rule and expiry (an evicted
+// window is reloaded first); a parked partial that does not decode with
+// the pipeline's aggregates is dropped with a log line and counted in
+// Status.PartialsRefused. Parked watermarks become the edges' watermarks
+// of the pipeline (or class). The next commit writes the applied partials
+// and deletes the revision's parked records, in one transaction: a crash
+// before it parks them still, and the next Open that knows the revision
+// applies them again, once. Each edge may have ParkedQuota bytes parked
+// (default 64 MiB); beyond it its partials of unknown pipelines are
+// refused per entry (RefusedError, the reason says the quota is full), so
+// the edge sets them aside, while its other pipelines go on. Parked
+// records older than Retention (by the hub's clock when parked; a parked
+// watermark counts as parked again with each partial of its edge, pipeline
+// and revision) are deleted by a sweep that runs once the oldest is past
+// Retention by a sixteenth of it (Status.ParkedExpired), and are not
+// applied at Open.
 //
 // # Epochs
 //
@@ -182,8 +182,10 @@
 // once per edge per minute, so one edge with a wrong clock can rush the
 // hub watermark by MaxFuture at most and never past it; the hub watermark
 // itself never passes the clock + MaxFuture of the commit that sets it.
+// A managed revision's end of time is the exception: it is kept as the
+// edge's watermark of the class, not clamped, and bounds nothing.
 // Open holds a stored watermark (a pipeline's or an edge's) beyond the
-// bound at it too and logs it, so a store written by an older hub keeps
+// bound at it too (an end of time excepted) and logs it, so a store written by an older hub keeps
 // nothing poisoned after its next commit. Retention runs on the clock as
 // well (above), so a wrong watermark can rush or delay results but never
 // erase them.
@@ -235,12 +237,9 @@
 //     subscribed as the managed one (Query.Revision 0 picks the latest
 //     revision's class): its local results stay stored, but Query cannot
 //     name them.
-//   - The edge's watermarks name no revision, so a class's watermark
-//     counts every edge that ever sent it partials, even one that switched
-//     to another class (it keeps moving it, it no longer holds it back
-//     for long). After a restart the hub knows an edge sent partials of a
-//     class from the edge's stored watermark of it or its partials in the
-//     resident windows.
+//   - An edge that stops sending a class's watermarks without the end of
+//     time (its state was lost and it runs another class now, say) holds
+//     that class's watermark at its last one while it is live.
 //   - Open reads the whole parked bucket (at most ParkedQuota per edge)
 //     to count it, and a parked-record sweep reads it whole too.
 //   - One edge whose clock runs ahead can rush the hub watermark by up to

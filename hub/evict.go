@@ -196,7 +196,6 @@ func (h *Hub) insertRecord(pp *pipe, r *storedRecord) (*window, error) {
 	}
 	w.parts = append(w.parts, part{edge: e.idx, epoch: epoch, seq: r.seq, version: r.version, revision: r.revision,
 		state: bytes.Clone(r.state)})
-	e.sent[pp.idx] = true
 	return w, nil
 }
 

@@ -134,7 +134,8 @@ type EdgeInfo struct {
 	LastSeen time.Time
 	Live     bool
 	// Watermarks: the edge's watermark per pipeline name (the highest of
-	// those the hub holds for the name's local pipeline and classes).
+	// those the hub holds for the name's local pipeline and classes; an
+	// ended revision's end of time is left out).
 	Watermarks map[string]int64
 }
 
@@ -453,7 +454,8 @@ func (h *Hub) Edges() []EdgeInfo {
 			Watermarks: map[string]int64{},
 		}
 		for j, pp := range h.cat.Load().pipes {
-			if w, ok := out[i].Watermarks[pp.name]; e.hasWM[j] && (!ok || e.wm[j] > w) {
+			// An ended revision's end of time is no watermark to show.
+			if w, ok := out[i].Watermarks[pp.name]; e.hasWM[j] && e.wm[j] != endOfTime && (!ok || e.wm[j] > w) {
 				out[i].Watermarks[pp.name] = e.wm[j]
 			}
 		}

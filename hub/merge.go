@@ -109,13 +109,8 @@ type edge struct {
 	lastSeen          time.Time
 	wm                []int64 // per pipe.idx, valid where hasWM
 	hasWM             []bool
-	// sent: per pipe.idx, the edge sent partials of it (this run, or
-	// loaded from the store). A watermark names a pipeline only, so it
-	// applies to the local pipe of that name and to the classes the edge
-	// sent partials of or holds a watermark for.
-	sent   []bool
-	dirty  bool
-	parked int64 // bytes parked (park.go), written or not
+	dirty             bool
+	parked            int64 // bytes parked (park.go), written or not
 }
 
 func (e *edge) adopt(epoch uint64) {
@@ -168,7 +163,7 @@ func (e *edge) grow(n int) {
 	for len(e.wm) < n {
 		e.wm = append(e.wm, 0)
 		e.hasWM = append(e.hasWM, false)
-		e.sent = append(e.sent, false)
+
 	}
 }
 

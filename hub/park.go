@@ -60,8 +60,6 @@ type parking struct {
 	wms     map[parkKey]*parkedWM
 	dirtyWM []parkKey
 	pipes   map[revKey]*parkedPipe
-	// revsOf lists, per pipeline name, the revisions in pipes, ascending.
-	revsOf map[string][]uint32
 	// oldest is at or before the parked-at time (Unix ms) of every record
 	// held; math.MaxInt64: none.
 	oldest int64
@@ -140,31 +138,18 @@ func parkedWatermarkSize(edge, pipeline string, revision uint32) int64 {
 func (pk *parking) pipe(name string, rev uint32) *parkedPipe {
 	if pk.pipes == nil {
 		pk.pipes = map[revKey]*parkedPipe{}
-		pk.revsOf = map[string][]uint32{}
 	}
 	p := pk.pipes[revKey{name, rev}]
 	if p == nil {
 		p = &parkedPipe{edges: map[int32]uint64{}}
 		pk.pipes[revKey{name, rev}] = p
-		revs := pk.revsOf[name]
-		i, _ := slices.BinarySearch(revs, rev)
-		pk.revsOf[name] = slices.Insert(revs, i, rev)
 	}
 	return p
 }
 
 // drop forgets the parked pipe of (name, rev).
 func (pk *parking) drop(name string, rev uint32) {
-	if _, ok := pk.pipes[revKey{name, rev}]; !ok {
-		return
-	}
 	delete(pk.pipes, revKey{name, rev})
-	revs := slices.DeleteFunc(pk.revsOf[name], func(r uint32) bool { return r == rev })
-	if len(revs) == 0 {
-		delete(pk.revsOf, name)
-	} else {
-		pk.revsOf[name] = revs
-	}
 }
 
 // parkRefusals returns refused (validate's, in sequence order) with the
@@ -225,28 +210,6 @@ func (h *Hub) park(now int64, e *edge, epoch uint64, p *runnelv1.Partial) {
 		h.touchWatermark(wk, m, m.wm, now)
 	}
 	h.logParked(e, p.Pipeline, p.Revision, false)
-}
-
-// parkWatermarks takes w, edge e's watermark of pipeline, for each
-// revision of it with something of e parked: a watermark already, or
-// partials. It reports whether there was any.
-func (h *Hub) parkWatermarks(now int64, e *edge, pipeline string, w int64) bool {
-	took := false
-	for _, rev := range h.parking.revsOf[pipeline] {
-		k := parkKey{pipeline, rev, e.idx}
-		if m := h.parking.wms[k]; m != nil {
-			if w > m.wm {
-				h.touchWatermark(k, m, w, now)
-			}
-			took = true
-			continue
-		}
-		if pp := h.parking.pipes[revKey{pipeline, rev}]; pp != nil && pp.edges[e.idx] > 0 {
-			h.parkWatermark(now, e, pipeline, rev, w)
-			took = true
-		}
-	}
-	return took
 }
 
 // parkWatermark holds w as edge e's watermark for a (pipeline, revision)
@@ -469,7 +432,7 @@ func (h *Hub) restoreParked(tx *bolt.Tx) error {
 			if err != nil {
 				return bad(err)
 			}
-			h.unparkWatermark(pp, e, min(w, bound))
+			h.unparkWatermark(pp, e, pp.heldAt(w, bound))
 			continue
 		}
 		p, err := parseParkedPartial(payload)

@@ -180,7 +180,7 @@ func (h *Hub) restoreEdges(b *bolt.Bucket) error {
 			if pp == nil {
 				continue
 			}
-			if w.wm > bound {
+			if held := pp.heldAt(w.wm, bound); held != w.wm {
 				h.cfg.Logger.Warn("hub: open: an edge's stored watermark is ahead of the clock; held at the bound",
 					"edge", e.id, "pipeline", w.pipeline, "watermark_ms", w.wm, "bound_ms", bound, "max_future", h.cfg.MaxFuture)
 				w.wm, e.dirty = bound, true

@@ -151,7 +151,9 @@ func (s *revSim) send(i int, first, last uint64) {
 			b.Partials = append(b.Partials, en.p)
 		}
 	}
-	b.Watermarks = []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: s.outbox[i][last-1].wm}}
+	for rev := range uint32(4) { // as an edge running each of them would
+		rwm(b, rev, s.outbox[i][last-1].wm)
+	}
 	if err := s.th.Apply(b); err != nil {
 		s.t.Fatalf("Apply %s %d..%d: %v", e.id, first, last, err)
 	}
@@ -456,7 +458,7 @@ func TestDefineRefusals(t *testing.T) {
 	revs := tempsRevisions(t)
 	th := newTestHub(t, func(c *Config) { c.Revisions = revs[:2] })
 	set1, set3 := revs[0].Pipeline.Aggregates, revs[2].Pipeline.Aggregates
-	must(t, th.Apply(wm(batch("e", 1, 1, 2, rpartial(set1, 1, 1, "k", 0, 1), rpartial(set3, 3, 2, "k", 0, 5)), "temps", 5000)))
+	must(t, th.Apply(rwm(rwm(batch("e", 1, 1, 2, rpartial(set1, 1, 1, "k", 0, 1), rpartial(set3, 3, 2, "k", 0, 5)), 1, 5000), 3, 5000)))
 	th.commit()
 	state := func() string {
 		rs, _, err := th.Query(Query{Pipeline: "temps", AllVersions: true})
@@ -528,42 +530,92 @@ func TestConfigRevisions(t *testing.T) {
 	}
 }
 
-// TestRevisionWatermarks: an edge's watermark names a pipeline only; it
-// applies to the local pipeline of that name and to the classes the edge
-// sent partials of, so an edge running revision 3 does not hold back the
-// watermark of revision 1's class, nor moves it. After a restart the hub
-// still knows which classes an edge sent partials of.
+// TestRevisionWatermarks: an edge's watermark is of one revision: it
+// moves the class of that revision (or the local pipeline, revision 0) and
+// no other, so an edge running revision 3 does not hold back the
+// watermark of revision 1's class, nor moves it.
 func TestRevisionWatermarks(t *testing.T) {
 	revs := tempsRevisions(t)
 	th := newTestHub(t, func(c *Config) { c.Revisions = revs })
 	set1, set3 := revs[0].Pipeline.Aggregates, revs[2].Pipeline.Aggregates
-	must(t, th.Apply(wm(batch("a", 1, 1, 1, rpartial(set1, 1, 1, "k", 0, 1)), "temps", 3000)))
-	must(t, th.Apply(wm(batch("b", 1, 1, 1, rpartial(set3, 3, 1, "k", 0, 1)), "temps", 1000)))
-	must(t, th.Apply(wm(batch("c", 1, 1, 0), "temps", 500))) // sends nothing
+	must(t, th.Apply(rwm(batch("a", 1, 1, 1, rpartial(set1, 1, 1, "k", 0, 1)), 1, 3000)))
+	must(t, th.Apply(rwm(rwm(batch("b", 1, 1, 1, rpartial(set3, 3, 1, "k", 0, 1)), 3, 1000), 2, 3500)))
+	must(t, th.Apply(rwm(batch("c", 1, 1, 0), 0, 500)))
 	th.commit()
-	wms := func() map[uint32]int64 {
-		out := map[uint32]int64{}
-		for _, pi := range th.Pipelines() {
-			if pi.Pipeline.Name == "temps" && pi.HasWatermark {
-				out[pi.Class] = pi.Watermark
-			}
-		}
-		return out
-	}
-	want := map[uint32]int64{0: 500, 1: 3000, 3: 1000}
-	if got := wms(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("hub watermarks per class %v, want %v", got, want)
+	if got, want := th.classWatermarks(), "map[0:500 1:3000 3:1000]"; got != want {
+		t.Fatalf("hub watermarks per class %s, want %s", got, want)
 	}
 	th.restart()
-	must(t, th.Apply(wm(batch("a", 1, 2, 1), "temps", 4000)))
-	must(t, th.Apply(wm(batch("b", 1, 2, 1), "temps", 2000)))
+	must(t, th.Apply(rwm(batch("a", 1, 2, 1), 1, 5000)))
+	must(t, th.Apply(rwm(rwm(batch("b", 1, 2, 1), 3, 2000), 2, 4000)))
 	th.commit()
-	want = map[uint32]int64{0: 500, 1: 4000, 3: 2000}
-	if got := wms(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("after a restart: hub watermarks per class %v, want %v", got, want)
+	if got, want := th.classWatermarks(), "map[0:500 1:4000 3:2000]"; got != want {
+		t.Fatalf("after a restart: hub watermarks per class %s, want %s", got, want)
 	}
-	if e := th.Edges(); e[0].Watermarks["temps"] != 4000 || e[2].Watermarks["temps"] != 500 {
+	if e := th.Edges(); e[0].Watermarks["temps"] != 5000 || e[1].Watermarks["temps"] != 4000 || e[2].Watermarks["temps"] != 500 {
 		t.Fatalf("edges %+v", e)
+	}
+}
+
+// classWatermarks formats the hub watermark of each class of temps.
+func (th *testHub) classWatermarks() string {
+	out := map[uint32]int64{}
+	for _, pi := range th.Pipelines() {
+		if pi.Pipeline.Name == "temps" && pi.HasWatermark {
+			out[pi.Class] = pi.Watermark
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+// rwm adds the edge's watermark of revision rev of temps to b.
+func rwm(b *runnelv1.Batch, rev uint32, ms int64) *runnelv1.Batch {
+	b.Watermarks = append(b.Watermarks, &runnelv1.Watermark{Pipeline: "temps", Revision: rev, WatermarkMs: ms})
+	return b
+}
+
+// TestEndOfTime: an edge whose revision ended (an incompatible one
+// replaced it) sends the end of time as that revision's last watermark.
+// It is no clock error: nothing is clamped or logged, the edge holds the
+// old class back no more while it lives on, the class's last windows are
+// emitted (its hub watermark is bounded by the clock), and the end of
+// time survives a restart without a warning; the edge's watermark shown
+// for the pipeline is the new revision's.
+func TestEndOfTime(t *testing.T) {
+	revs := tempsRevisions(t)
+	logs := &logBuffer{}
+	th := newTestHub(t, func(c *Config) { c.Revisions, c.Logger = revs, logs.logger() })
+	set1, set3 := revs[0].Pipeline.Aggregates, revs[2].Pipeline.Aggregates
+	now := th.nowMs()
+	must(t, th.Apply(rwm(batch("a", 1, 1, 1, rpartial(set1, 1, 1, "k", now, 1)), 1, now)))
+	must(t, th.Apply(rwm(batch("b", 1, 1, 1, rpartial(set1, 1, 1, "k", now+1000, 1)), 1, now+500)))
+	th.commit()
+	// b switches to revision 3: its revision 1 ends.
+	must(t, th.Apply(rwm(rwm(batch("b", 1, 2, 2, rpartial(set3, 3, 2, "k", now+1000, 1)), 1, endOfTime), 3, now+1500)))
+	must(t, th.Apply(rwm(batch("a", 1, 2, 1), 1, now+3000)))
+	th.commit()
+	if got, want := th.classWatermarks(), fmt.Sprintf("map[1:%d 3:%d]", now+3000, now+1500); got != want {
+		t.Fatalf("hub watermarks %s, want %s", got, want)
+	}
+	rs, _, err := th.Query(Query{Pipeline: "temps", Revision: 1})
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("class 1 results %+v, %v; want both windows", rs, err)
+	}
+	if st := th.Status(); st.WatermarksClamped != 0 || len(st.Clamps) != 0 {
+		t.Fatalf("the end of time was clamped: %+v", st)
+	}
+	if e := th.Edges(); e[1].Watermarks["temps"] != now+1500 {
+		t.Fatalf("edge b's watermark %+v, want revision 3's", e[1].Watermarks)
+	}
+	th.restart()
+	if got := logs.lines("ahead of the clock"); len(got) != 0 {
+		t.Fatalf("log lines %q", got)
+	}
+	// a goes quiet for good; the class ends at the clock's bound.
+	must(t, th.Apply(rwm(batch("a", 1, 2, 1), 1, endOfTime)))
+	th.commit()
+	if w := th.Pipelines()[2].Watermark; w != th.clock.Now().Add(time.Hour).UnixMilli() {
+		t.Fatalf("class 1's watermark %d with every edge ended, want the clock's bound", w)
 	}
 }
 
@@ -575,7 +627,7 @@ func TestDefineParkedWatermark(t *testing.T) {
 	revs := tempsRevisions(t)
 	th := newTestHub(t, nil)
 	set3 := revs[2].Pipeline.Aggregates
-	must(t, th.Apply(wm(batch("e", 1, 1, 2, rpartial(set3, 3, 1, "k", 0, 1, 2), rpartial(set3, 3, 2, "k", 1000, 3)), "temps", 1500)))
+	must(t, th.Apply(rwm(batch("e", 1, 1, 2, rpartial(set3, 3, 1, "k", 0, 1, 2), rpartial(set3, 3, 2, "k", 1000, 3)), 3, 1500)))
 	th.commit()
 	if st := th.Status(); len(st.Parked) != 1 || st.Parked[0].Partials != 2 || !slices.Equal(st.Parked[0].Revisions, []uint32{3}) {
 		t.Fatalf("parked %+v", st.Parked)
@@ -616,7 +668,7 @@ func TestSubscribeFollowsClass(t *testing.T) {
 	if p := th.Pipeline("temps"); p != revs[1].Pipeline {
 		t.Fatalf("Pipeline(temps) is not revision 2's spec")
 	}
-	must(t, th.Apply(wm(batch("e", 1, 1, 2, rpartial(set1, 1, 1, "k", 0, 1), partial(th.pipes[0], 2, "k", 0, 1)), "temps", 1000)))
+	must(t, th.Apply(rwm(rwm(batch("e", 1, 1, 2, rpartial(set1, 1, 1, "k", 0, 1), partial(th.pipes[0], 2, "k", 0, 1)), 1, 1000), 0, 1000)))
 	th.commit()
 	if r := <-sub; r.Class != 1 || !slices.Equal(r.Revisions, []uint32{1}) {
 		t.Fatalf("result %+v, want class 1's", r)
@@ -626,11 +678,16 @@ func TestSubscribeFollowsClass(t *testing.T) {
 	if p := th.Pipeline("temps"); p != revs[2].Pipeline {
 		t.Fatalf("Pipeline(temps) is not revision 3's spec")
 	}
-	for r := range sub {
-		t.Fatalf("after Define of another class: %+v", r)
+	select { // closed by Define, before it returns
+	case r, ok := <-sub:
+		if ok {
+			t.Fatalf("after Define of another class: %+v", r)
+		}
+	default:
+		t.Fatal("the subscription of class 1 is still open after Define of class 3")
 	}
 	sub = th.Subscribe(ctx, "temps", nil)
-	must(t, th.Apply(wm(batch("e", 1, 3, 4, rpartial(set1, 2, 3, "k", 1000, 1), rpartial(set3, 3, 4, "k", 1000, 1)), "temps", 2000)))
+	must(t, th.Apply(rwm(rwm(batch("e", 1, 3, 4, rpartial(set1, 2, 3, "k", 1000, 1), rpartial(set3, 3, 4, "k", 1000, 1)), 2, 2000), 3, 2000)))
 	th.commit()
 	if r := <-sub; r.Class != 3 || r.Start != 1000 || !slices.Equal(r.Revisions, []uint32{3}) {
 		t.Fatalf("result %+v, want class 3's", r)
@@ -650,7 +707,7 @@ func TestQueryCursorKeepsClass(t *testing.T) {
 	revs := tempsRevisions(t)
 	th := newTestHub(t, func(c *Config) { c.Revisions = revs[:2] })
 	set1 := revs[0].Pipeline.Aggregates
-	must(t, th.Apply(wm(batch("e", 1, 1, 3, rpartial(set1, 1, 1, "a", 0, 1), rpartial(set1, 2, 2, "b", 0, 1), rpartial(set1, 2, 3, "c", 0, 1)), "temps", 1000)))
+	must(t, th.Apply(rwm(batch("e", 1, 1, 3, rpartial(set1, 1, 1, "a", 0, 1), rpartial(set1, 2, 2, "b", 0, 1), rpartial(set1, 2, 3, "c", 0, 1)), 1, 1000)))
 	th.commit()
 	page, next, err := th.Query(Query{Pipeline: "temps", Limit: 1})
 	if err != nil || len(page) != 1 || next == nil {
@@ -730,7 +787,7 @@ func TestUpgradeFormat2(t *testing.T) {
 	// A managed revision of temps: apart from the local results.
 	revs := tempsRevisions(t)
 	must(t, th.Define(revs[0]))
-	must(t, th.Apply(wm(batch("a", 1, 6, 6, rpartial(revs[0].Pipeline.Aggregates, 1, 6, "k1", 0, 9)), "temps", 2000)))
+	must(t, th.Apply(rwm(batch("a", 1, 6, 6, rpartial(revs[0].Pipeline.Aggregates, 1, 6, "k1", 0, 9)), 1, 2000)))
 	th.commit()
 	th.restart() // without the revision in its config: the class waits
 	if rs, _, err := th.Query(Query{Pipeline: "temps", AllVersions: true}); err != nil || len(rs) != 3 {
@@ -751,7 +808,7 @@ func TestDefineUnparksUnwritten(t *testing.T) {
 	revs := tempsRevisions(t)
 	th := newTestHub(t, nil)
 	set3 := revs[2].Pipeline.Aggregates
-	must(t, th.Apply(wm(batch("e", 1, 1, 1, rpartial(set3, 3, 1, "k1", 0, 1)), "temps", 2000)))
+	must(t, th.Apply(rwm(batch("e", 1, 1, 1, rpartial(set3, 3, 1, "k1", 0, 1)), 3, 2000)))
 	// As a commit that failed leaves it: prepared, not written.
 	th.commitMu.Lock()
 	th.Hub.mu.Lock()

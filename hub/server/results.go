@@ -168,11 +168,9 @@ func (r *results) QueryResults(ctx context.Context, req *runnelv1.QueryResultsRe
 	var in *hub.PipelineInfo
 	if q.After != nil {
 		class, ok := hub.CursorClass(q.After)
+		// The core refuses a token of another class than req.revision's.
 		if in = classEntry(infos, req.Pipeline, class); !ok || in == nil {
 			return nil, status.Error(codes.InvalidArgument, "page_token: not a token from a previous response for this pipeline")
-		}
-		if req.Revision != 0 && !slices.Contains(in.Revisions, req.Revision) {
-			return nil, status.Errorf(codes.InvalidArgument, "page_token: of compat class %d, which does not hold revision %d", class, req.Revision)
 		}
 	} else if in = entryOf(infos, req.Pipeline, req.Revision); in == nil {
 		if req.Revision != 0 && r.s.core.Pipeline(req.Pipeline) != nil {
@@ -201,14 +199,18 @@ func (r *results) QueryResults(ctx context.Context, req *runnelv1.QueryResultsRe
 	if err != nil {
 		return nil, coreError(err)
 	}
+	if q.Revision == 0 && q.After == nil {
+		// Resolved to a local pipeline, which no revision pins: if the name
+		// got managed revisions since, the core may have read their class.
+		// Once managed, a name never goes back to local, so still local
+		// now means local then.
+		if now := entryOf(r.s.core.Pipelines(), req.Pipeline, 0); now == nil || now.Class != in.Class {
+			return nil, status.Errorf(codes.Aborted, "pipeline %q: its first managed revision came during the query; query again", req.Pipeline)
+		}
+	}
 	out := &runnelv1.QueryResultsResponse{Results: make([]*runnelv1.Result, 0, len(rs))}
 	st := p.Aggregates.New()
 	for i := range rs {
-		if rs[i].Class != in.Class {
-			// A local pipeline's name got managed revisions between the
-			// two calls: the results are another spec's.
-			return nil, status.Errorf(codes.Aborted, "pipeline %q: its revisions changed during the query; query again", req.Pipeline)
-		}
 		pb, err := render(p, &rs[i], st)
 		if err != nil {
 			return nil, err

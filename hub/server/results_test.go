@@ -87,8 +87,8 @@ func TestResultsRevisions(t *testing.T) {
 	}})
 	apply(&runnelv1.Batch{EdgeId: "gw-2", Epoch: 1, FirstSeq: 1, LastSeq: 1, Partials: []*runnelv1.Partial{
 		{Seq: 1, Pipeline: "temps", Revision: 2, Key: key("d1"), WindowEnd: 60000, Version: 1, State: revState(set1, 30)},
-	}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 60000}}})
-	apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 3, LastSeq: 2, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 60000}}})
+	}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", Revision: 2, WatermarkMs: 60000}}})
+	apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 3, LastSeq: 2, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", Revision: 2, WatermarkMs: 60000}}})
 	r, err := sub.Recv()
 	if err != nil || r.Values.Fields["avg_temp"] == nil || len(r.Revisions) == 0 {
 		t.Fatalf("subscribed result %v, %v", r, err)
@@ -125,7 +125,7 @@ func TestResultsRevisions(t *testing.T) {
 	}
 	apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 3, LastSeq: 3, Partials: []*runnelv1.Partial{
 		{Seq: 3, Pipeline: "temps", Revision: 3, Key: key("d1"), WindowStart: 60000, WindowEnd: 120000, Version: 1, State: revState(set3, 5, 7)},
-	}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", WatermarkMs: 120000}}})
+	}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", Revision: 3, WatermarkMs: 120000}}})
 	if r, err := sub.Recv(); err != nil || r.Values.Fields["hi"].GetNumberValue() != 7 || !slices.Equal(r.Revisions, []uint32{3}) {
 		t.Fatalf("subscribed result of class 3: %v, %v", r, err)
 	}
@@ -151,4 +151,66 @@ func TestResultsRevisions(t *testing.T) {
 	}
 	_, err = api.QueryResults(ctx, &runnelv1.QueryResultsRequest{Pipeline: "temps", Revision: 3, PageToken: page.NextPageToken})
 	wantCode(t, err, codes.InvalidArgument, "a page token of class 1 with revision 3")
+}
+
+// hookCore is the real core, with a hook that runs once right after
+// Pipelines: where a Define may land during a query.
+type hookCore struct {
+	*hub.Hub
+	afterPipelines func()
+}
+
+func (c *hookCore) Pipelines() []hub.PipelineInfo {
+	infos := c.Hub.Pipelines()
+	if f := c.afterPipelines; f != nil {
+		c.afterPipelines = nil
+		f()
+	}
+	return infos
+}
+
+// TestResultsDefineDuringQuery: a Define that lands while a query runs
+// does not make the query render one class's results with another's spec:
+// a class resolved by the query stays the one read; a local pipeline that
+// gets its first managed revision meanwhile makes the query Aborted.
+func TestResultsDefineDuringQuery(t *testing.T) {
+	revs := tempsRevisions(t)
+	for _, local := range []bool{false, true} {
+		cfg := hub.Config{Dir: t.TempDir(), Revisions: revs[:1], CommitInterval: time.Hour, NoSync: true, Logger: slog.New(slog.DiscardHandler)}
+		if local {
+			cfg.Pipelines, cfg.Revisions = []*operators.Pipeline{testPipeline(t)}, nil
+		}
+		h, err := hub.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		core := &hookCore{Hub: h}
+		e := start(t, core, nil)
+		rev := uint32(1)
+		if local {
+			rev = 0
+		}
+		if err := h.Apply(&runnelv1.Batch{EdgeId: "gw-1", Epoch: 1, FirstSeq: 1, LastSeq: 1, Partials: []*runnelv1.Partial{
+			{Seq: 1, Pipeline: "temps", Revision: rev, Key: mustKey(t, revs[0].Pipeline, "d1"), WindowEnd: 60000, Version: 1, State: revState(revs[0].Pipeline.Aggregates, 10)},
+		}, Watermarks: []*runnelv1.Watermark{{Pipeline: "temps", Revision: rev, WatermarkMs: 60000}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		core.afterPipelines = func() {
+			if err := h.Define(revs[2]); err != nil {
+				t.Error(err)
+			}
+		}
+		q, err := runnelv1.NewResultsClient(e.conn).QueryResults(testCtx(t), &runnelv1.QueryResultsRequest{Pipeline: "temps"})
+		if local {
+			wantCode(t, err, codes.Aborted, "a local pipeline that got a managed revision during the query")
+			continue
+		}
+		if err != nil || len(q.Results) != 1 || q.Results[0].Values.Fields["avg_temp"].GetNumberValue() != 10 {
+			t.Fatalf("query during Define: %v, %v; want class 1's result", q, err)
+		}
+	}
 }
