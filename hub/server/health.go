@@ -116,8 +116,12 @@ func parkedCheck(ps []hub.ParkedPipeline) health.Check {
 		if len(edges) > maxListed {
 			edges, more = edges[:maxListed], fmt.Sprintf(" and %d more", len(p.Edges)-maxListed)
 		}
-		fmt.Fprintf(&b, "pipeline %q, which the hub does not know: %d partials (%d bytes) parked from %s%s",
-			p.Pipeline, p.Partials, p.Bytes, strings.Join(edges, ", "), more)
+		what := fmt.Sprintf("pipeline %q, which the hub does not know", p.Pipeline)
+		if len(p.Revisions) > 0 && !(len(p.Revisions) == 1 && p.Revisions[0] == 0) {
+			what = fmt.Sprintf("pipeline %q revisions %v, which the hub does not know (created through the fleet API, they apply at once)", p.Pipeline, p.Revisions)
+		}
+		fmt.Fprintf(&b, "%s: %d partials (%d bytes) parked from %s%s",
+			what, p.Partials, p.Bytes, strings.Join(edges, ", "), more)
 	}
 	if n > 0 {
 		c.Status, c.Reason = health.Degraded, b.String()

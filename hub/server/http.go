@@ -10,6 +10,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -85,11 +86,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	p, err := s.pipeline(r.PathValue("pipeline"))
-	if err != nil {
-		httpError(w, err)
+	// The class the gRPC Subscribe resolves: the latest managed
+	// revision's, or the local pipeline.
+	name := r.PathValue("pipeline")
+	if name == "" {
+		httpError(w, status.Error(codes.InvalidArgument, "pipeline: required"))
 		return
 	}
+	in := entryOf(s.core.Pipelines(), name, 0)
+	if in == nil {
+		httpError(w, status.Errorf(codes.NotFound, "pipeline %q: not merged by this hub", name))
+		return
+	}
+	p := in.Pipeline
 	k, err := key(p, keyParams(r))
 	if err != nil {
 		httpError(w, err)
@@ -120,7 +129,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case res, ok := <-ch:
-			if !ok {
+			if !ok || res.Class != in.Class {
+				// Dropped, or Define made another class the latest as
+				// the subscription began: the client reconnects.
 				return
 			}
 			pb, err := render(p, &res, st)

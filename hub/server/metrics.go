@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -63,13 +64,13 @@ var (
 	descPRefused    = prometheus.NewDesc("runnel_hub_partials_refused_total", "Partials refused by name (the edge sets them aside and resends the batch without them).", nil, nil)
 	descEpochs      = prometheus.NewDesc("runnel_hub_epochs_refused_total", "Hellos and batches refused for an epoch the hub will not adopt (too far past the held one, or beyond any an edge reaches).", nil, nil)
 	descClamped     = prometheus.NewDesc("runnel_hub_watermarks_clamped_total", "Edge watermarks more than merge.max_future ahead of the hub's clock, held at that bound.", nil, nil)
-	descParked      = prometheus.NewDesc("runnel_hub_partials_parked_total", "Partials of pipelines the hub does not know, parked until it is configured.", nil, nil)
-	descUnparked    = prometheus.NewDesc("runnel_hub_partials_unparked_total", "Parked partials applied when the hub opened with their pipeline configured.", nil, nil)
+	descParked      = prometheus.NewDesc("runnel_hub_partials_parked_total", "Partials of pipelines or revisions the hub does not know, parked until it does.", nil, nil)
+	descUnparked    = prometheus.NewDesc("runnel_hub_partials_unparked_total", "Parked partials applied once the hub knew their pipeline: configured at open, or a managed revision created.", nil, nil)
 	descParkedExp   = prometheus.NewDesc("runnel_hub_parked_expired_total", "Parked partials deleted after merge.retention.", nil, nil)
 	descPParked     = prometheus.NewDesc("runnel_hub_parked_partials", "Partials parked now, per pipeline the hub does not know.", []string{"pipeline"}, nil)
 	descPParkedB    = prometheus.NewDesc("runnel_hub_parked_bytes", "Bytes parked now (partials and watermarks), per pipeline the hub does not know.", []string{"pipeline"}, nil)
-	descWatermark   = prometheus.NewDesc("runnel_hub_watermark_seconds", "Hub watermark (min over live edges), Unix seconds; absent before any edge reported one.", []string{"pipeline"}, nil)
-	descPResults    = prometheus.NewDesc("runnel_hub_pipeline_results", "Result versions stored, per pipeline.", []string{"pipeline"}, nil)
+	descWatermark   = prometheus.NewDesc("runnel_hub_watermark_seconds", "Hub watermark (min over live edges), Unix seconds, per pipeline and compatibility class (class 0: the hub's own pipeline files); absent before any edge reported one.", []string{"pipeline", "class"}, nil)
+	descPResults    = prometheus.NewDesc("runnel_hub_pipeline_results", "Result versions stored, per pipeline and compatibility class (class 0: the hub's own pipeline files).", []string{"pipeline", "class"}, nil)
 )
 
 func (c coreCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -118,9 +119,10 @@ func (c coreCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descPParkedB, float64(p.Bytes), p.Pipeline)
 	}
 	for _, p := range c.core.Pipelines() {
+		class := strconv.FormatUint(uint64(p.Class), 10)
 		if p.HasWatermark {
-			gauge(descWatermark, float64(p.Watermark)/1e3, p.Pipeline.Name)
+			gauge(descWatermark, float64(p.Watermark)/1e3, p.Pipeline.Name, class)
 		}
-		gauge(descPResults, float64(p.Results), p.Pipeline.Name)
+		gauge(descPResults, float64(p.Results), p.Pipeline.Name, class)
 	}
 }

@@ -137,7 +137,7 @@ func TestRealHub(t *testing.T) {
 		t.Errorf("edges: %+v", edges)
 	}
 	code, body := e.get(t, "/metrics", "")
-	for _, want := range []string{"runnel_hub_batches_total 1", "runnel_hub_batches_duplicate_total 1", "runnel_hub_partials_total 2", `runnel_hub_watermark_seconds{pipeline="temps"} 60`} {
+	for _, want := range []string{"runnel_hub_batches_total 1", "runnel_hub_batches_duplicate_total 1", "runnel_hub_partials_total 2", `runnel_hub_watermark_seconds{class="0",pipeline="temps"} 60`} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics: missing %q in\n%s", want, grepLines(body, "runnel_hub_"))
 		}
@@ -155,4 +155,31 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestMetricsPerClass: a pipeline of the hub's files and two classes of
+// managed revisions under the same name are three series each, told apart
+// by class, and the scrape succeeds (a duplicate series would fail it).
+func TestMetricsPerClass(t *testing.T) {
+	p := testPipeline(t)
+	incompatible, err := operators.CompileYAML("temps@3", []byte(strings.Replace(testSpec, "tumbling: 1m", "tumbling: 2m", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := hub.Open(hub.Config{Dir: t.TempDir(), Pipelines: []*operators.Pipeline{p}, NoSync: true,
+		Revisions: []hub.Revision{{Name: "temps", Revision: 1, Class: 1, Pipeline: p}, {Name: "temps", Revision: 3, Class: 3, Pipeline: incompatible}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	e := start(t, h, nil)
+	code, body := e.get(t, "/metrics", "")
+	if code != 200 {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
+	for _, class := range []string{"0", "1", "3"} {
+		if want := `runnel_hub_pipeline_results{class="` + class + `",pipeline="temps"} 0`; !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }

@@ -87,19 +87,6 @@ func (r *results) ListEdges(ctx context.Context, _ *runnelv1.ListEdgesRequest) (
 	return out, nil
 }
 
-// pipeline returns the spec of what a subscription of name reads (the
-// latest managed revision's, or the local pipeline's), or NotFound.
-func (s *Server) pipeline(name string) (*operators.Pipeline, error) {
-	if name == "" {
-		return nil, status.Error(codes.InvalidArgument, "pipeline: required")
-	}
-	p := s.core.Pipeline(name)
-	if p == nil {
-		return nil, status.Errorf(codes.NotFound, "pipeline %q: not merged by this hub", name)
-	}
-	return p, nil
-}
-
 // key encodes a key filter; nil for none.
 func key(p *operators.Pipeline, fields map[string]string) ([]byte, error) {
 	if len(fields) == 0 {

@@ -464,7 +464,7 @@ func TestOpsEndpoints(t *testing.T) {
 		t.Errorf("healthz: %d %q", code, body)
 	}
 	code, body = e.get(t, "/metrics", "")
-	for _, want := range []string{"runnel_hub_results_total 1", `runnel_hub_watermark_seconds{pipeline="temps"} 120`,
+	for _, want := range []string{"runnel_hub_results_total 1", `runnel_hub_watermark_seconds{class="0",pipeline="temps"} 120`,
 		"runnel_hub_commits_total 0", "runnel_hub_edges_live 0", "runnel_hub_commit_duration_seconds", "runnel_hub_uplink_streams 0"} {
 		if code != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics: %d, missing %q", code, want)

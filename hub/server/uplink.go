@@ -40,7 +40,7 @@ func coreError(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, hub.ErrGap):
 		code = codes.OutOfRange
-	case errors.Is(err, hub.ErrBadBatch), errors.Is(err, hub.ErrBadQuery), errors.Is(err, hub.ErrBadEpoch):
+	case errors.Is(err, hub.ErrBadBatch), errors.Is(err, hub.ErrBadQuery), errors.Is(err, hub.ErrBadEpoch), errors.Is(err, hub.ErrBadRevision):
 		code = codes.InvalidArgument
 	case errors.Is(err, hub.ErrClosed):
 		code = codes.Unavailable
