@@ -32,6 +32,11 @@ type Options struct {
 	// and its compiled pipeline once the revision is durable, in the
 	// order revisions are created. It must not call ApplyPipeline.
 	OnRevision func(rev *runnelv1.PipelineRevision, p *operators.Pipeline)
+	// LocalPipelines are the names of the pipelines the hub merges from
+	// its own files (revision 0): ApplyPipeline refuses to manage a
+	// pipeline of such a name (ErrConflict), whose results could not be
+	// told apart from the local one's.
+	LocalPipelines []string
 	// NoSync skips fsync on commit: for tests and benchmarks only; a
 	// machine crash may then lose or corrupt the store.
 	NoSync bool

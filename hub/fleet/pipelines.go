@@ -42,6 +42,9 @@ func (f *Fleet) ApplyPipeline(who string, req *runnelv1.ApplyPipelineRequest) (*
 	if probs := fileOutputs(file, compiled.Spec); len(probs) > 0 {
 		return nil, &SpecError{Problems: probs}
 	}
+	if slices.Contains(f.opts.LocalPipelines, compiled.Name) {
+		return nil, fmt.Errorf("fleet: pipeline %s is configured in the hub's own pipeline files; a pipeline managed through the fleet API needs another name: %w", compiled.Name, ErrConflict)
+	}
 	sum := sha256.Sum256([]byte(req.Spec))
 	hash := hex.EncodeToString(sum[:])
 

@@ -247,3 +247,16 @@ func TestApplyPipelineRefusesFileOutputs(t *testing.T) {
 		t.Error("a refused spec was stored")
 	}
 }
+
+// TestApplyPipelineRefusesLocalName: a pipeline the hub merges from its
+// own files cannot also be managed; nothing is stored.
+func TestApplyPipelineRefusesLocalName(t *testing.T) {
+	f := newHarness(t, func(o *fleet.Options) { o.LocalPipelines = []string{"temps"} })
+	_, err := f.ApplyPipeline("op", &runnelv1.ApplyPipelineRequest{Spec: tempsV1})
+	if !errors.Is(err, fleeterr.ErrConflict) || !strings.Contains(err.Error(), "hub's own pipeline files") {
+		t.Fatalf("ApplyPipeline = %v, want a conflict", err)
+	}
+	if len(f.ListPipelines()) != 0 {
+		t.Error("a refused spec was stored")
+	}
+}

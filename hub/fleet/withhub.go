@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/runnel-io/runnel/hub"
@@ -23,6 +24,11 @@ func OpenWithHub(dir string, opts Options, hc hub.Config) (*hub.Hub, *Fleet, err
 		h       *hub.Hub
 		pending []hub.Revision // created before the hub was open
 	)
+	for _, p := range hc.Pipelines {
+		if !slices.Contains(opts.LocalPipelines, p.Name) {
+			opts.LocalPipelines = append(opts.LocalPipelines, p.Name)
+		}
+	}
 	user := opts.OnRevision
 	lg := opts.Logger
 	opts.OnRevision = func(rev *runnelv1.PipelineRevision, p *operators.Pipeline) {
