@@ -245,6 +245,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	// holds from before a crash still get their idle advance.
 	n.lastMessage.Store(n.started.UnixMilli())
 	n.uplinkAckAt.Store(n.started.UnixMilli())
+	n.agent.since = n.started // the control stream counts as down since the start
 	// Operator state is kept in system buckets (opstate.go).
 	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, MmapBytes: mmapBytes})
 	if err != nil {
