@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/runnel-io/runnel/internal/linediff"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
@@ -73,7 +74,7 @@ func (f *Fleet) ApplyPipeline(who string, req *runnelv1.ApplyPipelineRequest) (*
 				rev.Class = latest.Class
 			}
 		}
-		diff = unifiedDiff(fmt.Sprintf("%s@%d", name, latest.Num), fmt.Sprintf("%s@%d", name, rev.Num), latest.Spec, req.Spec)
+		diff = linediff.Unified(fmt.Sprintf("%s@%d", name, latest.Num), fmt.Sprintf("%s@%d", name, rev.Num), latest.Spec, req.Spec)
 		before = fmt.Sprintf("revision %d", latest.Num)
 	}
 	if req.DryRun {
@@ -294,11 +295,11 @@ func (f *Fleet) DiffRevisions(name string, from, to uint32) (*runnelv1.DiffRevis
 	}
 	if a == nil {
 		return &runnelv1.DiffRevisionsResponse{
-			Diff:   unifiedDiff("/dev/null", fmt.Sprintf("%s@%d", name, b.Num), "", b.Spec),
+			Diff:   linediff.Unified("/dev/null", fmt.Sprintf("%s@%d", name, b.Num), "", b.Spec),
 			Reason: fmt.Sprintf("revision %d is the first: there is nothing to be compatible with", b.Num),
 		}, nil
 	}
-	resp := &runnelv1.DiffRevisionsResponse{Diff: unifiedDiff(fmt.Sprintf("%s@%d", name, a.Num), fmt.Sprintf("%s@%d", name, b.Num), a.Spec, b.Spec)}
+	resp := &runnelv1.DiffRevisionsResponse{Diff: linediff.Unified(fmt.Sprintf("%s@%d", name, a.Num), fmt.Sprintf("%s@%d", name, b.Num), a.Spec, b.Spec)}
 	pa, errA := operators.CompileYAML(name, []byte(a.Spec))
 	pb, errB := operators.CompileYAML(name, []byte(b.Spec))
 	switch {

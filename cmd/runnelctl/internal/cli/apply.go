@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/runnel-io/runnel/cmd/runnelctl/internal/linediff"
 	"github.com/runnel-io/runnel/cmd/runnelctl/internal/manifest"
+	"github.com/runnel-io/runnel/internal/linediff"
 	"github.com/runnel-io/runnel/operators/spec"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )

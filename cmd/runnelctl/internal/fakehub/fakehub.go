@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/runnel-io/runnel/cmd/runnelctl/internal/linediff"
+	"github.com/runnel-io/runnel/internal/linediff"
 	"github.com/runnel-io/runnel/operators/spec"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )

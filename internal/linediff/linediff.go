@@ -1,4 +1,7 @@
-package fleet
+// Package linediff makes unified diffs (diff -u, 3 lines of context) of
+// texts such as pipeline specs: the hub's fleet API serves them and
+// runnelctl shows them.
+package linediff
 
 import (
 	"fmt"
@@ -94,9 +97,9 @@ func diffLines(a, b []string) []diffOp {
 	return ops
 }
 
-// unifiedDiff returns the unified diff from a to b, "" when they are
-// equal.
-func unifiedDiff(aName, bName, a, b string) string {
+// Unified returns the unified diff from a (named aName) to b (bName), ""
+// when they are equal.
+func Unified(aName, bName, a, b string) string {
 	if a == b {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package fleet
+package linediff
 
 import (
 	"fmt"
@@ -107,7 +107,7 @@ func TestUnifiedDiffApplies(t *testing.T) {
 			}
 			b = strings.Join(ls, "")
 		}
-		d := unifiedDiff("a", "b", a, b)
+		d := Unified("a", "b", a, b)
 		if (d == "") != (a == b) {
 			t.Fatalf("diff of %q and %q is %q", a, b, d)
 		}
@@ -151,11 +151,11 @@ func TestUnifiedDiffHunks(t *testing.T) {
  17
  18
 `
-	if got := unifiedDiff("a", "b", a.String(), b.String()); got != want {
+	if got := Unified("a", "b", a.String(), b.String()); got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)
 	}
 	// No newline at the end.
-	if got, want := unifiedDiff("a", "b", "x\ny", "x\ny\n"), "--- a\n+++ b\n@@ -1,2 +1,2 @@\n x\n-y\n\\ No newline at end of file\n+y\n"; got != want {
+	if got, want := Unified("a", "b", "x\ny", "x\ny\n"), "--- a\n+++ b\n@@ -1,2 +1,2 @@\n x\n-y\n\\ No newline at end of file\n+y\n"; got != want {
 		t.Errorf("got:\n%q\nwant:\n%q", got, want)
 	}
 }
@@ -167,7 +167,7 @@ func TestUnifiedDiffLarge(t *testing.T) {
 		fmt.Fprintf(&a, "a%d\n", i)
 		fmt.Fprintf(&b, "b%d\n", i)
 	}
-	d := unifiedDiff("a", "b", a.String(), b.String())
+	d := Unified("a", "b", a.String(), b.String())
 	if got := applyUnified(t, a.String(), d); got != b.String() {
 		t.Fatal("the large diff does not apply")
 	}
