@@ -1,0 +1,700 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/runnel-io/runnel/edge"
+	"github.com/runnel-io/runnel/edge/ingestlog"
+	"github.com/runnel-io/runnel/edge/mqtt"
+	"github.com/runnel-io/runnel/hub"
+	"github.com/runnel-io/runnel/hub/fleet"
+	"github.com/runnel-io/runnel/hub/server"
+	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/operators"
+	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
+	"github.com/runnel-io/runnel/sync/uplink"
+)
+
+// The fleet at scale: one hub (fleet.OpenWithHub behind server.New on
+// loopback) and many in-process edges, each a whole edge.Run node with its
+// own data directory, MQTT client id (on one Mosquitto for all), uplink
+// and control stream. Between the server and the fleet a fleetRecorder
+// notes, at the hub, every desired set handed to an edge's stream and
+// every status an edge reports, with the time: the order of a rollout is
+// checked on those records, not on polls that could miss a moment.
+
+// scaleSpec is the managed pipeline of the scale tests; LIMIT differs
+// between revisions (a compatible change: only the filter moves).
+const scaleSpec = `name: temps
+source: {mqtt: {topic: "scale/+/temp", qos: 1, topic_fields: {line: 1}}}
+event_time: {field: ts, unit: ms}
+key: [line]
+filter: "temp < LIMIT"
+window: {tumbling: 10s}
+aggregates: {n: count(), hi: max(temp)}
+`
+
+func scaleRevision(limit int) string {
+	return strings.Replace(scaleSpec, "LIMIT", fmt.Sprint(limit), 1)
+}
+
+// extraSpec is a second pipeline; the canary of TestFleetRolloutAtScale
+// also has it as a local file, so it refuses a set that names it.
+const extraSpec = `name: extra
+source: {mqtt: {topic: "scale/+/humid", qos: 1}}
+event_time: {field: ts, unit: ms}
+key: [room]
+window: {tumbling: 10s}
+aggregates: {n: count()}
+`
+
+// scaleLogger discards, unless RUNNEL_SCALE_LOG names a level (debug,
+// info, warn, error) to log at on stderr.
+func scaleLogger() *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(os.Getenv("RUNNEL_SCALE_LOG"))); err != nil || os.Getenv("RUNNEL_SCALE_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+}
+
+// given is a desired set the hub handed to an edge's stream.
+type given struct {
+	at    time.Time
+	gen   uint64
+	pipes map[string]uint32 // name -> revision
+}
+
+// report is a status an edge sent (its Register's included).
+type report struct {
+	at       time.Time
+	gen      uint64
+	applyErr string
+	pipes    map[string]pipeReport
+}
+
+type pipeReport struct {
+	rev   uint32
+	state string
+}
+
+// fleetRecorder is the fleet, seen from the server: it notes what goes to
+// each edge and what each edge says, with the time, and otherwise passes
+// every call through.
+type fleetRecorder struct {
+	server.FleetCore
+	now func() time.Time
+	// slow, when set, says how long the sets of an edge wait after they
+	// are noted before the stream gets them: a slow link, so that an edge
+	// reports running well after it was handed a set.
+	slow func(edgeID string) time.Duration
+
+	mu      sync.Mutex
+	given   map[string][]given
+	reports map[string][]report
+	wg      sync.WaitGroup // the forwarders
+}
+
+func newRecorder(fc server.FleetCore) *fleetRecorder {
+	return &fleetRecorder{FleetCore: fc, now: time.Now, given: map[string][]given{}, reports: map[string][]report{}}
+}
+
+// Connect passes the fleet's channel on through a forwarder, which notes
+// each set when it takes it from the fleet (so no later than the server
+// can send it) and closes its channel when the fleet closes the original.
+func (r *fleetRecorder) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error) {
+	in, err := r.FleetCore.Connect(ctx, edgeID, reg)
+	if err != nil {
+		return nil, err
+	}
+	if reg.GetStatus() != nil {
+		r.noteStatus(edgeID, reg.GetStatus())
+	}
+	out := make(chan *runnelv1.DesiredSet)
+	r.wg.Go(func() {
+		defer close(out)
+		for ds := range in {
+			g := given{at: r.now(), gen: ds.GetGeneration(), pipes: map[string]uint32{}}
+			for _, p := range ds.GetPipelines() {
+				g.pipes[p.GetName()] = p.GetRevision()
+			}
+			r.mu.Lock()
+			r.given[edgeID] = append(r.given[edgeID], g)
+			r.mu.Unlock()
+			if r.slow != nil && r.slow(edgeID) > 0 {
+				select {
+				case <-time.After(r.slow(edgeID)):
+				case <-ctx.Done():
+				}
+			}
+			select {
+			case out <- ds:
+			case <-ctx.Done():
+				// The stream is ending; the fleet closes in soon.
+			}
+		}
+	})
+	return out, nil
+}
+
+func (r *fleetRecorder) Status(edgeID string, st *runnelv1.EdgeStatus) error {
+	r.noteStatus(edgeID, st)
+	return r.FleetCore.Status(edgeID, st)
+}
+
+func (r *fleetRecorder) noteStatus(edgeID string, st *runnelv1.EdgeStatus) {
+	rep := report{at: r.now(), gen: st.GetAppliedGeneration(), applyErr: st.GetApplyError(), pipes: map[string]pipeReport{}}
+	for _, p := range st.GetPipelines() {
+		rep.pipes[p.GetName()] = pipeReport{p.GetRevision(), p.GetState()}
+	}
+	r.mu.Lock()
+	r.reports[edgeID] = append(r.reports[edgeID], rep)
+	r.mu.Unlock()
+}
+
+// firstGiven is the first set handed to the edge that ok accepts.
+func (r *fleetRecorder) firstGiven(id string, ok func(given) bool) (given, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, g := range r.given[id] {
+		if ok(g) {
+			return g, true
+		}
+	}
+	return given{}, false
+}
+
+// givenTo is every set handed to the edge, in order.
+func (r *fleetRecorder) givenTo(id string) []given {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.given[id])
+}
+
+// firstRunning is when the edge first reported generation gen or later
+// applied without error, with pipeline name running revision rev.
+func (r *fleetRecorder) firstRunning(id string, gen uint64, name string, rev uint32) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rep := range r.reports[id] {
+		if rep.gen >= gen && rep.applyErr == "" && rep.pipes[name] == (pipeReport{rev, "running"}) {
+			return rep.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// scaleHub is the hub of a scale test: store, fleet, server, recorder, and
+// an admin client of its Fleet API.
+type scaleHub struct {
+	core   *hub.Hub
+	fleet  *fleet.Fleet
+	rec    *fleetRecorder
+	srv    *server.Server
+	conn   *grpc.ClientConn
+	api    runnelv1.FleetClient
+	tokens map[string]string
+}
+
+const scaleAdminToken = "scale-admin-token-0123456789"
+
+func edgeToken(id string) string { return "scale-token-" + id + "-0123456789" }
+
+// startScaleHub starts a hub that knows the edges' tokens. tick is the
+// fleet's evaluation period.
+func startScaleHub(tb testing.TB, dir string, ids []string, tick time.Duration) *scaleHub {
+	tb.Helper()
+	lg := scaleLogger()
+	core, fl, err := fleet.OpenWithHub(dir, fleet.Options{Tick: tick, NoSync: true, Logger: lg},
+		hub.Config{Dir: dir, CommitInterval: 10 * time.Millisecond, NoSync: true, Logger: lg})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := &scaleHub{core: core, fleet: fl, rec: newRecorder(fl), tokens: map[string]string{}}
+	for _, id := range ids {
+		h.tokens[id] = edgeToken(id)
+	}
+	h.srv, err = server.New(core, server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Insecure: true,
+		EdgeTokens: h.tokens, APIToken: scaleAdminToken, Fleet: h.rec, Logger: lg})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := h.srv.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	h.conn, err = grpc.NewClient(h.srv.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(scaleBearer(scaleAdminToken)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h.api = runnelv1.NewFleetClient(h.conn)
+	return h
+}
+
+// close stops the server (ending every stream), then closes the fleet and
+// the store. The edges must have stopped.
+func (h *scaleHub) close(tb testing.TB) {
+	tb.Helper()
+	h.conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		tb.Errorf("hub shutdown: %v", err)
+	}
+	h.rec.wg.Wait()
+	if err := errors.Join(h.fleet.Close(), h.core.Close()); err != nil {
+		tb.Errorf("hub close: %v", err)
+	}
+}
+
+type scaleBearer string
+
+func (b scaleBearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (scaleBearer) RequireTransportSecurity() bool { return false }
+
+// scaleEdge is one in-process edge to run.
+type scaleEdge struct {
+	id     string
+	labels map[string]string
+	local  []*operators.Pipeline // pipelines of its own files
+}
+
+// runEdges starts the edges against h and broker and returns a function
+// that stops them all and reports how each one ended.
+func runEdges(tb testing.TB, h *scaleHub, broker, dir string, edges []scaleEdge, status time.Duration) (stop func()) {
+	tb.Helper()
+	lg := scaleLogger()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make(chan error, len(edges))
+	for _, e := range edges {
+		cfg := edge.NodeConfig{
+			EdgeID: e.id, DataDir: filepath.Join(dir, e.id), Pipelines: e.local,
+			Broker:             mqtt.Config{Brokers: []string{broker}, Logger: lg},
+			CheckpointInterval: 100 * time.Millisecond, NoSync: true,
+			// Small segments: the log's index is sized by them, and no
+			// reading is published here.
+			IngestLog: ingestlog.Options{SegmentSize: 1 << 20, Sync: ingestlog.SyncNever},
+			Uplink: &uplink.Config{Hub: h.srv.GRPCAddr().String(), Token: h.tokens[e.id], Insecure: true,
+				BackoffMin: 20 * time.Millisecond, BackoffMax: 500 * time.Millisecond, Logger: lg},
+			Fleet:  &edge.FleetConfig{Labels: e.labels, Version: "scale", StatusInterval: status},
+			Logger: lg,
+		}
+		wg.Go(func() {
+			if err := edge.Run(ctx, cfg); err != nil {
+				errs <- fmt.Errorf("edge %s: %w", cfg.EdgeID, err)
+			}
+		})
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			tb.Error(err)
+		}
+	}
+}
+
+// waitFleet polls the hub's edges (ListFleetEdges, all of them) until ok
+// accepts them, or fails the test after d with what last did not.
+func waitFleet(tb testing.TB, h *scaleHub, d time.Duration, what string, ok func([]*runnelv1.FleetEdge) string) []*runnelv1.FleetEdge {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := h.api.ListFleetEdges(ctx, &runnelv1.ListFleetEdgesRequest{})
+		cancel()
+		why := ""
+		if err != nil {
+			why = err.Error()
+		} else if why = ok(resp.GetEdges()); why == "" {
+			return resp.GetEdges()
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not after %s: %s", what, d, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// allConnected accepts a fleet of exactly n edges, each connected with a
+// status.
+func allConnected(n int) func([]*runnelv1.FleetEdge) string {
+	return func(es []*runnelv1.FleetEdge) string {
+		up := 0
+		for _, e := range es {
+			if e.GetConnected() && e.GetStatus() != nil {
+				up++
+			}
+		}
+		if len(es) != n || up != n {
+			return fmt.Sprintf("%d edges registered, %d connected with a status, want %d", len(es), up, n)
+		}
+		return ""
+	}
+}
+
+// refsOf renders pipeline refs as name@rev, sorted.
+func refsOf(rs []*runnelv1.PipelineRef) string {
+	var s []string
+	for _, r := range rs {
+		s = append(s, fmt.Sprintf("%s@%d", r.GetName(), r.GetRevision()))
+	}
+	slices.Sort(s)
+	return strings.Join(s, ",")
+}
+
+func pipesText(m map[string]uint32) string {
+	var s []string
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		s = append(s, fmt.Sprintf("%s@%d", n, m[n]))
+	}
+	return strings.Join(s, ",")
+}
+
+// scaleFleet is n edges with mixed labels: site plant-1…5, hw rpi4, cm4
+// or x86, and one in seven legacy. picked is the ids, sorted, that the
+// selector rolloutSelector picks, decided here without the selector
+// parser: the oracle.
+func scaleFleet(n int) (edges []scaleEdge, picked []string) {
+	hws := []string{"rpi4", "cm4", "x86"}
+	for i := range n {
+		e := scaleEdge{id: fmt.Sprintf("gw-%04d", i), labels: map[string]string{
+			"site": fmt.Sprintf("plant-%d", i%5+1), "hw": hws[(i/5)%3]}}
+		if i%7 == 3 {
+			e.labels["legacy"] = "true"
+		}
+		edges = append(edges, e)
+		site, hw, legacy := e.labels["site"], e.labels["hw"], e.labels["legacy"] != ""
+		if (site == "plant-1" || site == "plant-2") && hw != "x86" && !legacy {
+			picked = append(picked, e.id)
+		}
+	}
+	return edges, picked
+}
+
+const rolloutSelector = "site in (plant-1,plant-2),hw!=x86,!legacy"
+
+// stagedSteps cuts sorted targets into a canary of canary edges and then
+// batches of ceil(pct × targets / 100): the steps docs/fleet.md promises.
+func stagedSteps(targets []string, canary, pct int) [][]string {
+	batch := (len(targets)*pct + 99) / 100
+	steps := [][]string{targets[:min(canary, len(targets))]}
+	for rest := targets[len(steps[0]):]; len(rest) > 0; {
+		k := min(batch, len(rest))
+		steps = append(steps, rest[:k])
+		rest = rest[k:]
+	}
+	return steps
+}
+
+// watchRollout polls GetDeployment until the rollout of version ends
+// (succeeded, failed, aborted), and returns the last answer and the steps
+// seen while it progressed, in order.
+func watchRollout(tb testing.TB, h *scaleHub, name string, version uint32, d time.Duration) (*runnelv1.Deployment, []uint32) {
+	tb.Helper()
+	var steps []uint32
+	deadline := time.Now().Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		dep, err := h.api.GetDeployment(ctx, &runnelv1.GetDeploymentRequest{Name: name})
+		cancel()
+		if err != nil {
+			tb.Fatalf("GetDeployment %s: %v", name, err)
+		}
+		r := dep.GetRollout()
+		if dep.GetVersion() != version {
+			tb.Fatalf("deployment %s is at version %d, want %d", name, dep.GetVersion(), version)
+		}
+		if r.GetPhase() == "progressing" && (len(steps) == 0 || steps[len(steps)-1] != r.GetStep()) {
+			steps = append(steps, r.GetStep())
+		}
+		switch r.GetPhase() {
+		case "succeeded", "failed", "aborted":
+			return dep, steps
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("deployment %s v%d still %s at step %d after %s: %s", name, version, r.GetPhase(), r.GetStep(), d, r.GetMessage())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkSteps checks, on the hub's records, that the steps got pipeline
+// name at revision rev in order: every edge of a step was handed it within
+// one moment (less than soak apart), and no edge of step k+1 before every
+// edge of step k reported it running and soak passed after the last of
+// those reports.
+func checkSteps(tb testing.TB, rec *fleetRecorder, steps [][]string, name string, rev uint32, since time.Time, soak time.Duration) {
+	tb.Helper()
+	ms := func(t time.Time) string { return fmt.Sprintf("+%dms", t.Sub(since).Milliseconds()) }
+	var prevRun time.Time // the last report of running of the step before
+	var prevLast string
+	for k, ids := range steps {
+		var first, last, run time.Time
+		var firstID, runID string
+		for _, id := range ids {
+			g, ok := rec.firstGiven(id, func(g given) bool { return g.pipes[name] == rev })
+			if !ok {
+				tb.Errorf("step %d: edge %s was never handed %s@%d", k, id, name, rev)
+				continue
+			}
+			if first.IsZero() || g.at.Before(first) {
+				first, firstID = g.at, id
+			}
+			if g.at.After(last) {
+				last = g.at
+			}
+			r, ok := rec.firstRunning(id, g.gen, name, rev)
+			if !ok {
+				tb.Errorf("step %d: edge %s never reported %s@%d running at generation %d", k, id, name, rev, g.gen)
+				continue
+			}
+			if r.After(run) {
+				run, runID = r, id
+			}
+		}
+		if first.IsZero() {
+			continue
+		}
+		if last.Sub(first) >= soak {
+			tb.Errorf("step %d of %d edges was handed %s@%d from %s to %s: not one step", k, len(ids), name, rev, ms(first), ms(last))
+		}
+		if k > 0 && first.Before(prevRun.Add(soak)) {
+			tb.Errorf("step %d: edge %s was handed %s@%d at %s, before step %d's last edge %s reported it running (%s) and soaked %s",
+				k, firstID, name, rev, ms(first), k-1, prevLast, ms(prevRun), soak)
+		}
+		tb.Logf("step %d: %d edges handed %s@%d at %s..%s, all running at %s (last %s)", k, len(ids), name, rev, ms(first), ms(last), ms(run), runID)
+		prevRun, prevLast = run, runID
+	}
+}
+
+// TestFleetRolloutAtScale: 120 in-process edges with mixed labels (site,
+// hw, legacy) on one hub and one Mosquitto. Through the Fleet API, a
+// staged deployment to "site in (plant-1,plant-2),hw!=x86,!legacy" (a
+// canary of 2, batches of 25 %, 400 ms soak) reaches exactly the edges the
+// selector picks (an oracle decides them apart from the selector parser),
+// step by step: the hub's records show no edge of a step handed the
+// revision before every edge of the step before ran it and the soak
+// passed (the last edge of each step is behind a slow link, so the gate
+// has to wait for it). Edges outside the selector are never handed a
+// pipeline. Then a
+// new version adds a pipeline that the first canary runs from a local
+// file, so it refuses the set: the rollout fails at the canary, rolls
+// back the edges it touched (the other canary, which applied it, runs
+// revision 1 again), and no edge past the canary is handed the version.
+func TestFleetRolloutAtScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("120 in-process edges")
+	}
+	const (
+		n      = 120
+		canary = 2
+		soak   = 400 * time.Millisecond
+	)
+	dir := t.TempDir()
+	edges, targets := scaleFleet(n)
+	steps := stagedSteps(targets, canary, 25)
+	// The first canary has a local pipeline named like one a later
+	// version adds.
+	extra, err := operators.CompileYAML("extra.yaml", []byte(extraSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i := range edges {
+		ids[i] = edges[i].id
+		if edges[i].id == targets[0] {
+			edges[i].local = []*operators.Pipeline{extra}
+		}
+	}
+	isTarget := map[string]bool{}
+	for _, id := range targets {
+		isTarget[id] = true
+	}
+	t.Logf("%d edges, %d picked by %q, steps of %d", n, len(targets), rolloutSelector, len(steps[0]))
+
+	h := startScaleHub(t, filepath.Join(dir, "hub"), ids, 50*time.Millisecond)
+	defer h.close(t)
+	// The last edge of each step is behind a slow link: it runs a set
+	// 200 ms after the hub handed it over, so a gate that did not wait
+	// for it would start the next step too early by the records.
+	slow := map[string]bool{}
+	for _, s := range steps {
+		slow[s[len(s)-1]] = true
+	}
+	h.rec.slow = func(id string) time.Duration {
+		if slow[id] {
+			return 200 * time.Millisecond
+		}
+		return 0
+	}
+	mosq := testbroker.Start(t)
+	start := time.Now()
+	stop := runEdges(t, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 2*time.Second)
+	defer stop()
+	waitFleet(t, h, 30*time.Second, "all edges connected", allConnected(n))
+	t.Logf("%d edges connected with a status in %s", n, time.Since(start).Round(time.Millisecond))
+
+	ctx := context.Background()
+	if _, err := h.api.ApplyPipeline(ctx, &runnelv1.ApplyPipelineRequest{Spec: scaleRevision(1000), File: "temps.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+	sel, err := h.api.ListFleetEdges(ctx, &runnelv1.ListFleetEdgesRequest{Selector: rolloutSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var selected []string
+	for _, e := range sel.GetEdges() {
+		selected = append(selected, e.GetEdgeId())
+	}
+	if !slices.Equal(selected, targets) {
+		t.Fatalf("the selector picks %v, the oracle %v", selected, targets)
+	}
+
+	strategy := &runnelv1.Strategy{Staged: true, Canary: canary, BatchPercent: 25, SoakMs: soak.Milliseconds(), RollbackOnFailure: true}
+	t1 := time.Now()
+	dep, err := h.api.ApplyDeployment(ctx, &runnelv1.ApplyDeploymentRequest{Spec: &runnelv1.DeploymentSpec{Name: "temps",
+		Selector: rolloutSelector, Pipelines: []*runnelv1.PipelineRef{{Name: "temps"}}, Strategy: strategy}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dep.GetVersion() != 1 || dep.GetRollout().GetSteps() != uint32(len(steps)) || dep.GetRollout().GetTargeted() != uint32(len(targets)) {
+		t.Fatalf("deployment v%d: %d steps of %d targets, want v1: %d steps of %d", dep.GetVersion(), dep.GetRollout().GetSteps(),
+			dep.GetRollout().GetTargeted(), len(steps), len(targets))
+	}
+	dep, seen := watchRollout(t, h, "temps", 1, 30*time.Second)
+	r := dep.GetRollout()
+	if r.GetPhase() != "succeeded" || r.GetApplied() != uint32(len(targets)) || r.GetFailed() != 0 {
+		t.Fatalf("rollout 1: %s, %d applied, %d failed of %d: %s", r.GetPhase(), r.GetApplied(), r.GetFailed(), len(targets), r.GetMessage())
+	}
+	if !slices.IsSorted(seen) || len(seen) == 0 || seen[len(seen)-1] != uint32(len(steps)-1) {
+		t.Errorf("steps seen through GetDeployment: %v, want increasing to %d", seen, len(steps)-1)
+	}
+	t.Logf("rollout 1 succeeded in %s; GetDeployment showed steps %v", time.Since(t1).Round(time.Millisecond), seen)
+	checkSteps(t, h.rec, steps, "temps", 1, t1, soak)
+	byID := func(es []*runnelv1.FleetEdge) map[string]*runnelv1.FleetEdge {
+		m := map[string]*runnelv1.FleetEdge{}
+		for _, e := range es {
+			m[e.GetEdgeId()] = e
+		}
+		return m
+	}
+	// The edges outside the selector: never handed a pipeline, no
+	// generation.
+	outside := func(es map[string]*runnelv1.FleetEdge) {
+		t.Helper()
+		for _, id := range ids {
+			if isTarget[id] {
+				continue
+			}
+			if e := es[id]; e.GetDesiredGeneration() != 0 || len(e.GetDesired()) != 0 {
+				t.Errorf("edge %s outside the selector: desired generation %d, %s", id, e.GetDesiredGeneration(), refsOf(e.GetDesired()))
+			}
+			for _, g := range h.rec.givenTo(id) {
+				if len(g.pipes) > 0 {
+					t.Errorf("edge %s outside the selector was handed %s (generation %d)", id, pipesText(g.pipes), g.gen)
+				}
+			}
+		}
+	}
+	after1 := byID(waitFleet(t, h, 10*time.Second, "targets running temps@1", func(es []*runnelv1.FleetEdge) string {
+		for _, e := range es {
+			if isTarget[e.GetEdgeId()] && (refsOf(e.GetDesired()) != "temps@1" || e.GetStatus().GetAppliedGeneration() != e.GetDesiredGeneration()) {
+				return fmt.Sprintf("edge %s: desired %s generation %d, applied %d", e.GetEdgeId(), refsOf(e.GetDesired()), e.GetDesiredGeneration(), e.GetStatus().GetAppliedGeneration())
+			}
+		}
+		return ""
+	}))
+	outside(after1)
+
+	// Version 2 adds pipeline extra, which the first canary runs from a
+	// local file.
+	for _, s := range []string{scaleRevision(2000), extraSpec} {
+		if _, err := h.api.ApplyPipeline(ctx, &runnelv1.ApplyPipelineRequest{Spec: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	strategy.BatchPercent = 50
+	t2 := time.Now()
+	if _, err := h.api.ApplyDeployment(ctx, &runnelv1.ApplyDeploymentRequest{Spec: &runnelv1.DeploymentSpec{Name: "temps",
+		Selector: rolloutSelector, Pipelines: []*runnelv1.PipelineRef{{Name: "temps"}, {Name: "extra"}}, Strategy: strategy}}); err != nil {
+		t.Fatal(err)
+	}
+	dep, _ = watchRollout(t, h, "temps", 2, 30*time.Second)
+	r = dep.GetRollout()
+	t.Logf("rollout 2 ended in %s: %s at step %d, rolled back %v: %s", time.Since(t2).Round(time.Millisecond), r.GetPhase(), r.GetStep(), r.GetRolledBack(), r.GetMessage())
+	if r.GetPhase() != "failed" || r.GetStep() != 0 || !r.GetRolledBack() || !slices.Equal(r.GetFailedEdges(), targets[:1]) ||
+		!strings.Contains(r.GetMessage(), targets[0]) || !strings.Contains(r.GetMessage(), "managed by the hub") {
+		t.Errorf("rollout 2: phase %s at step %d, rolled back %v, failed edges %v (want failed at the canary step, rolled back, failed edges [%s], naming the local pipeline): %s",
+			r.GetPhase(), r.GetStep(), r.GetRolledBack(), r.GetFailedEdges(), targets[0], r.GetMessage())
+	}
+	// Every target runs revision 1 again at the generation the hub gave
+	// it: the canaries were handed revision 1 back, the rest never changed.
+	after2 := byID(waitFleet(t, h, 15*time.Second, "targets back on temps@1", func(es []*runnelv1.FleetEdge) string {
+		for _, e := range es {
+			st := e.GetStatus()
+			if !isTarget[e.GetEdgeId()] {
+				continue
+			}
+			var running []string
+			for _, p := range st.GetPipelines() {
+				if p.GetRevision() > 0 {
+					running = append(running, fmt.Sprintf("%s@%d %s", p.GetName(), p.GetRevision(), p.GetState()))
+				}
+			}
+			if refsOf(e.GetDesired()) != "temps@1" || st.GetAppliedGeneration() != e.GetDesiredGeneration() || st.GetApplyError() != "" ||
+				!slices.Equal(running, []string{"temps@1 running"}) {
+				return fmt.Sprintf("edge %s: desired %s generation %d; applied %d, running %v, apply error %q", e.GetEdgeId(), refsOf(e.GetDesired()),
+					e.GetDesiredGeneration(), st.GetAppliedGeneration(), running, st.GetApplyError())
+			}
+		}
+		return ""
+	}))
+	outside(after2)
+	isNew := func(g given) bool { return g.pipes["temps"] == 2 || g.pipes["extra"] != 0 }
+	for i, id := range targets {
+		g, touched := h.rec.firstGiven(id, isNew)
+		switch {
+		case i < canary && !touched:
+			t.Errorf("canary %s was never handed version 2", id)
+		case i < canary:
+			if want := after1[id].GetDesiredGeneration() + 2; after2[id].GetDesiredGeneration() != want {
+				t.Errorf("canary %s: generation %d after the rollback, want %d (version 2, then version 1 again)", id, after2[id].GetDesiredGeneration(), want)
+			}
+			if _, ok := h.rec.firstGiven(id, func(b given) bool { return b.gen > g.gen && pipesText(b.pipes) == "temps@1" }); !ok {
+				t.Errorf("canary %s was not handed temps@1 back after version 2", id)
+			}
+		case touched:
+			t.Errorf("edge %s of step %d was handed %s (generation %d) at +%dms", id, slices.IndexFunc(steps, func(s []string) bool { return slices.Contains(s, id) }),
+				pipesText(g.pipes), g.gen, g.at.Sub(t2).Milliseconds())
+		case after2[id].GetDesiredGeneration() != after1[id].GetDesiredGeneration():
+			t.Errorf("edge %s past the canary: generation %d, was %d", id, after2[id].GetDesiredGeneration(), after1[id].GetDesiredGeneration())
+		}
+	}
+	// The second canary usually applied version 2 before the first one's
+	// refusal failed the rollout; either way it runs revision 1 now.
+	if at, ok := h.rec.firstRunning(targets[1], 0, "extra", 1); ok {
+		t.Logf("the second canary %s ran version 2 from +%dms and was rolled back", targets[1], at.Sub(t2).Milliseconds())
+	} else {
+		t.Logf("the second canary %s was rolled back before it applied version 2", targets[1])
+	}
+}
