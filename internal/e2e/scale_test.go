@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -279,9 +282,10 @@ type scaleEdge struct {
 	local  []*operators.Pipeline // pipelines of its own files
 }
 
-// runEdges starts the edges against h and broker and returns a function
-// that stops them all and reports how each one ended.
-func runEdges(tb testing.TB, h *scaleHub, broker, dir string, edges []scaleEdge, status time.Duration) (stop func()) {
+// runEdges starts the edges against h and broker, with the status and
+// checkpoint intervals given, and returns a function that stops them all
+// and reports how each one ended.
+func runEdges(tb testing.TB, h *scaleHub, broker, dir string, edges []scaleEdge, status, checkpoint time.Duration) (stop func()) {
 	tb.Helper()
 	lg := scaleLogger()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -291,7 +295,7 @@ func runEdges(tb testing.TB, h *scaleHub, broker, dir string, edges []scaleEdge,
 		cfg := edge.NodeConfig{
 			EdgeID: e.id, DataDir: filepath.Join(dir, e.id), Pipelines: e.local,
 			Broker:             mqtt.Config{Brokers: []string{broker}, Logger: lg},
-			CheckpointInterval: 100 * time.Millisecond, NoSync: true,
+			CheckpointInterval: checkpoint, NoSync: true,
 			// Small segments: the log's index is sized by them, and no
 			// reading is published here.
 			IngestLog: ingestlog.Options{SegmentSize: 1 << 20, Sync: ingestlog.SyncNever},
@@ -557,7 +561,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	}
 	mosq := testbroker.Start(t)
 	start := time.Now()
-	stop := runEdges(t, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 2*time.Second)
+	stop := runEdges(t, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 2*time.Second, 100*time.Millisecond)
 	defer stop()
 	waitFleet(t, h, 30*time.Second, "all edges connected", allConnected(n))
 	t.Logf("%d edges connected with a status in %s", n, time.Since(start).Round(time.Millisecond))
@@ -705,4 +709,124 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	} else {
 		t.Logf("the second canary %s was rolled back before it applied version 2", targets[1])
 	}
+}
+
+// raiseFileLimit raises the soft limit on open files to the hard one:
+// each in-process edge holds a few (state file, log segment, MQTT and gRPC
+// sockets, and the hub's end of those).
+func raiseFileLimit(tb testing.TB) uint64 {
+	tb.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return lim.Cur
+}
+
+// percentile of sorted durations, nearest rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// waitApplied waits until every edge reported pipeline temps at revision
+// rev running, and returns how long after t0 each one did.
+func waitApplied(tb testing.TB, rec *fleetRecorder, ids []string, rev uint32, t0 time.Time, d time.Duration) []time.Duration {
+	tb.Helper()
+	lat := make([]time.Duration, len(ids))
+	left := slices.Clone(ids)
+	deadline := time.Now().Add(d)
+	for len(left) > 0 {
+		left = slices.DeleteFunc(left, func(id string) bool {
+			g, ok := rec.firstGiven(id, func(g given) bool { return g.pipes["temps"] == rev })
+			if !ok {
+				return false
+			}
+			at, ok := rec.firstRunning(id, g.gen, "temps", rev)
+			if ok {
+				lat[slices.Index(ids, id)] = at.Sub(t0)
+			}
+			return ok
+		})
+		if len(left) > 0 {
+			if time.Now().After(deadline) {
+				tb.Fatalf("temps@%d: %d of %d edges do not run it after %s (%s first)", rev, len(left), len(ids), d, left[0])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return lat
+}
+
+// BenchmarkFleetApply1k: a config change (a new revision of pipeline
+// temps, deployed all at once as a new version of its deployment) reaches
+// 1,000 connected in-process edges and each applies it (at a checkpoint
+// barrier, keeping its window state: a compatible change). An op is one
+// change: ApplyPipeline, ApplyDeployment, and every edge reporting the
+// new revision running (seen at the hub, by the recorder). p50, p99 and
+// max are the edges' times from ApplyDeployment to that report, over
+// every op. Run it with -benchtime=Nx: each op takes seconds.
+func BenchmarkFleetApply1k(b *testing.B) {
+	const n = 1000
+	limit := raiseFileLimit(b)
+	dir := b.TempDir()
+	edges := make([]scaleEdge, n)
+	ids := make([]string, n)
+	for i := range edges {
+		ids[i] = fmt.Sprintf("gw-%04d", i)
+		edges[i] = scaleEdge{id: ids[i], labels: map[string]string{"site": fmt.Sprintf("plant-%d", i%5+1)}}
+	}
+	h := startScaleHub(b, filepath.Join(dir, "hub"), ids, 20*time.Millisecond)
+	defer h.close(b)
+	mosq := testbroker.Start(b)
+	start := time.Now()
+	// Status and checkpoints at their defaults (10 s, 1 s), as in the
+	// field: a change does not wait for either.
+	stop := runEdges(b, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 0, 0)
+	defer stop()
+	waitFleet(b, h, 3*time.Minute, "all edges connected", allConnected(n))
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.Logf("%d edges connected in %s; %d goroutines, heap %d MiB (%d KiB an edge); open files limit %d", n, time.Since(start).Round(time.Millisecond),
+		runtime.NumGoroutine(), ms.HeapAlloc>>20, ms.HeapAlloc/n>>10, limit)
+
+	ctx := context.Background()
+	rev := uint32(0)
+	change := func() []time.Duration {
+		resp, err := h.api.ApplyPipeline(ctx, &runnelv1.ApplyPipelineRequest{Spec: scaleRevision(1000 + int(rev) + 1), File: "temps.yaml"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rev = resp.GetRevision().GetRevision()
+		t0 := time.Now()
+		if _, err := h.api.ApplyDeployment(ctx, &runnelv1.ApplyDeploymentRequest{Spec: &runnelv1.DeploymentSpec{Name: "temps",
+			Pipelines: []*runnelv1.PipelineRef{{Name: "temps", Revision: rev}}}}); err != nil {
+			b.Fatal(err)
+		}
+		return waitApplied(b, h.rec, ids, rev, t0, time.Minute)
+	}
+	// The first deployment starts the pipeline on every edge; the changes
+	// measured replace it.
+	first := change()
+	slices.Sort(first)
+	b.Logf("first deployment (start temps@1): p50 %s, max %s", percentile(first, 50), first[len(first)-1])
+
+	var all []time.Duration
+	for b.Loop() {
+		all = append(all, change()...)
+	}
+	slices.Sort(all)
+	b.ReportMetric(float64(percentile(all, 50).Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(percentile(all, 99).Milliseconds()), "p99-ms")
+	b.ReportMetric(float64(all[len(all)-1].Milliseconds()), "max-ms")
+	b.ReportMetric(n, "edges")
 }
