@@ -7,12 +7,16 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/ingestlog"
@@ -28,6 +33,7 @@ import (
 	"github.com/runnel-io/runnel/hub/fleet"
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/internal/testproc"
 	"github.com/runnel-io/runnel/operators"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/uplink"
@@ -36,7 +42,7 @@ import (
 // The fleet at scale: one hub (fleet.OpenWithHub behind server.New on
 // loopback) and many in-process edges, each a whole edge.Run node with its
 // own data directory, MQTT client id (on one Mosquitto for all), uplink
-// and control stream. Between the server and the fleet a fleetRecorder
+// and control stream. Between the server and the fleet a scaleRecorder
 // notes, at the hub, every desired set handed to an edge's stream and
 // every status an edge reports, with the time: the order of a rollout is
 // checked on those records, not on polls that could miss a moment.
@@ -56,9 +62,9 @@ func scaleRevision(limit int) string {
 	return strings.Replace(scaleSpec, "LIMIT", fmt.Sprint(limit), 1)
 }
 
-// extraSpec is a second pipeline; the canary of TestFleetRolloutAtScale
+// scaleExtraSpec is a second pipeline; the canary of TestFleetRolloutAtScale
 // also has it as a local file, so it refuses a set that names it.
-const extraSpec = `name: extra
+const scaleExtraSpec = `name: extra
 source: {mqtt: {topic: "scale/+/humid", qos: 1}}
 event_time: {field: ts, unit: ms}
 key: [room]
@@ -76,30 +82,30 @@ func scaleLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 }
 
-// given is a desired set the hub handed to an edge's stream.
-type given struct {
+// scaleGiven is a desired set the hub handed to an edge's stream.
+type scaleGiven struct {
 	at    time.Time
 	gen   uint64
 	pipes map[string]uint32 // name -> revision
 }
 
-// report is a status an edge sent (its Register's included).
-type report struct {
+// scaleReport is a status an edge sent (its Register's included).
+type scaleReport struct {
 	at       time.Time
 	gen      uint64
 	applyErr string
-	pipes    map[string]pipeReport
+	pipes    map[string]scalePipe
 }
 
-type pipeReport struct {
+type scalePipe struct {
 	rev   uint32
 	state string
 }
 
-// fleetRecorder is the fleet, seen from the server: it notes what goes to
+// scaleRecorder is the fleet, seen from the server: it notes what goes to
 // each edge and what each edge says, with the time, and otherwise passes
 // every call through.
-type fleetRecorder struct {
+type scaleRecorder struct {
 	server.FleetCore
 	now func() time.Time
 	// slow, when set, says how long the sets of an edge wait after they
@@ -110,19 +116,19 @@ type fleetRecorder struct {
 	slow func(edgeID string) time.Duration
 
 	mu      sync.Mutex
-	given   map[string][]given
-	reports map[string][]report
+	given   map[string][]scaleGiven
+	reports map[string][]scaleReport
 	wg      sync.WaitGroup // the forwarders
 }
 
-func newRecorder(fc server.FleetCore) *fleetRecorder {
-	return &fleetRecorder{FleetCore: fc, now: time.Now, given: map[string][]given{}, reports: map[string][]report{}}
+func newScaleRecorder(fc server.FleetCore) *scaleRecorder {
+	return &scaleRecorder{FleetCore: fc, now: time.Now, given: map[string][]scaleGiven{}, reports: map[string][]scaleReport{}}
 }
 
 // Connect passes the fleet's channel on through a forwarder, which notes
 // each set when it takes it from the fleet (so no later than the server
 // can send it) and closes its channel when the fleet closes the original.
-func (r *fleetRecorder) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error) {
+func (r *scaleRecorder) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error) {
 	in, err := r.FleetCore.Connect(ctx, edgeID, reg)
 	if err != nil {
 		return nil, err
@@ -134,7 +140,7 @@ func (r *fleetRecorder) Connect(ctx context.Context, edgeID string, reg *runnelv
 	r.wg.Go(func() {
 		defer close(out)
 		for ds := range in {
-			g := given{at: r.now(), gen: ds.GetGeneration(), pipes: map[string]uint32{}}
+			g := scaleGiven{at: r.now(), gen: ds.GetGeneration(), pipes: map[string]uint32{}}
 			for _, p := range ds.GetPipelines() {
 				g.pipes[p.GetName()] = p.GetRevision()
 			}
@@ -157,15 +163,15 @@ func (r *fleetRecorder) Connect(ctx context.Context, edgeID string, reg *runnelv
 	return out, nil
 }
 
-func (r *fleetRecorder) Status(edgeID string, st *runnelv1.EdgeStatus) error {
+func (r *scaleRecorder) Status(edgeID string, st *runnelv1.EdgeStatus) error {
 	r.noteStatus(edgeID, st)
 	return r.FleetCore.Status(edgeID, st)
 }
 
-func (r *fleetRecorder) noteStatus(edgeID string, st *runnelv1.EdgeStatus) {
-	rep := report{at: r.now(), gen: st.GetAppliedGeneration(), applyErr: st.GetApplyError(), pipes: map[string]pipeReport{}}
+func (r *scaleRecorder) noteStatus(edgeID string, st *runnelv1.EdgeStatus) {
+	rep := scaleReport{at: r.now(), gen: st.GetAppliedGeneration(), applyErr: st.GetApplyError(), pipes: map[string]scalePipe{}}
 	for _, p := range st.GetPipelines() {
-		rep.pipes[p.GetName()] = pipeReport{p.GetRevision(), p.GetState()}
+		rep.pipes[p.GetName()] = scalePipe{p.GetRevision(), p.GetState()}
 	}
 	r.mu.Lock()
 	r.reports[edgeID] = append(r.reports[edgeID], rep)
@@ -173,7 +179,7 @@ func (r *fleetRecorder) noteStatus(edgeID string, st *runnelv1.EdgeStatus) {
 }
 
 // firstGiven is the first set handed to the edge that ok accepts.
-func (r *fleetRecorder) firstGiven(id string, ok func(given) bool) (given, bool) {
+func (r *scaleRecorder) firstGiven(id string, ok func(scaleGiven) bool) (scaleGiven, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, g := range r.given[id] {
@@ -181,11 +187,11 @@ func (r *fleetRecorder) firstGiven(id string, ok func(given) bool) (given, bool)
 			return g, true
 		}
 	}
-	return given{}, false
+	return scaleGiven{}, false
 }
 
 // givenTo is every set handed to the edge, in order.
-func (r *fleetRecorder) givenTo(id string) []given {
+func (r *scaleRecorder) givenTo(id string) []scaleGiven {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.given[id])
@@ -193,11 +199,11 @@ func (r *fleetRecorder) givenTo(id string) []given {
 
 // firstRunning is when the edge first reported generation gen or later
 // applied without error, with pipeline name running revision rev.
-func (r *fleetRecorder) firstRunning(id string, gen uint64, name string, rev uint32) (time.Time, bool) {
+func (r *scaleRecorder) firstRunning(id string, gen uint64, name string, rev uint32) (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rep := range r.reports[id] {
-		if rep.gen >= gen && rep.applyErr == "" && rep.pipes[name] == (pipeReport{rev, "running"}) {
+		if rep.gen >= gen && rep.applyErr == "" && rep.pipes[name] == (scalePipe{rev, "running"}) {
 			return rep.at, true
 		}
 	}
@@ -209,7 +215,7 @@ func (r *fleetRecorder) firstRunning(id string, gen uint64, name string, rev uin
 type scaleHub struct {
 	core   *hub.Hub
 	fleet  *fleet.Fleet
-	rec    *fleetRecorder
+	rec    *scaleRecorder
 	srv    *server.Server
 	conn   *grpc.ClientConn
 	api    runnelv1.FleetClient
@@ -218,7 +224,7 @@ type scaleHub struct {
 
 const scaleAdminToken = "scale-admin-token-0123456789"
 
-func edgeToken(id string) string { return "scale-token-" + id + "-0123456789" }
+func scaleToken(id string) string { return "scale-token-" + id + "-0123456789" }
 
 // startScaleHub starts a hub that knows the edges' tokens. tick is the
 // fleet's evaluation period.
@@ -230,9 +236,9 @@ func startScaleHub(tb testing.TB, dir string, ids []string, tick time.Duration) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h := &scaleHub{core: core, fleet: fl, rec: newRecorder(fl), tokens: map[string]string{}}
+	h := &scaleHub{core: core, fleet: fl, rec: newScaleRecorder(fl), tokens: map[string]string{}}
 	for _, id := range ids {
-		h.tokens[id] = edgeToken(id)
+		h.tokens[id] = scaleToken(id)
 	}
 	h.srv, err = server.New(core, server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Insecure: true,
 		EdgeTokens: h.tokens, APIToken: scaleAdminToken, Fleet: h.rec, Logger: lg})
@@ -282,10 +288,10 @@ type scaleEdge struct {
 	local  []*operators.Pipeline // pipelines of its own files
 }
 
-// runEdges starts the edges against h and broker, with the status and
+// scaleRunEdges starts the edges against h and broker, with the status and
 // checkpoint intervals given, and returns a function that stops them all
 // and reports how each one ended.
-func runEdges(tb testing.TB, h *scaleHub, broker, dir string, edges []scaleEdge, status, checkpoint time.Duration) (stop func()) {
+func scaleRunEdges(tb testing.TB, h *scaleHub, broker, dir string, edges []scaleEdge, status, checkpoint time.Duration) (stop func()) {
 	tb.Helper()
 	lg := scaleLogger()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -320,9 +326,9 @@ func runEdges(tb testing.TB, h *scaleHub, broker, dir string, edges []scaleEdge,
 	}
 }
 
-// waitFleet polls the hub's edges (ListFleetEdges, all of them) until ok
+// scaleWaitFleet polls the hub's edges (ListFleetEdges, all of them) until ok
 // accepts them, or fails the test after d with what last did not.
-func waitFleet(tb testing.TB, h *scaleHub, d time.Duration, what string, ok func([]*runnelv1.FleetEdge) string) []*runnelv1.FleetEdge {
+func scaleWaitFleet(tb testing.TB, h *scaleHub, d time.Duration, what string, ok func([]*runnelv1.FleetEdge) string) []*runnelv1.FleetEdge {
 	tb.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -342,9 +348,9 @@ func waitFleet(tb testing.TB, h *scaleHub, d time.Duration, what string, ok func
 	}
 }
 
-// allConnected accepts a fleet of exactly n edges, each connected with a
+// scaleAllConnected accepts a fleet of exactly n edges, each connected with a
 // status.
-func allConnected(n int) func([]*runnelv1.FleetEdge) string {
+func scaleAllConnected(n int) func([]*runnelv1.FleetEdge) string {
 	return func(es []*runnelv1.FleetEdge) string {
 		up := 0
 		for _, e := range es {
@@ -359,8 +365,8 @@ func allConnected(n int) func([]*runnelv1.FleetEdge) string {
 	}
 }
 
-// refsOf renders pipeline refs as name@rev, sorted.
-func refsOf(rs []*runnelv1.PipelineRef) string {
+// scaleRefs renders pipeline refs as name@rev, sorted.
+func scaleRefs(rs []*runnelv1.PipelineRef) string {
 	var s []string
 	for _, r := range rs {
 		s = append(s, fmt.Sprintf("%s@%d", r.GetName(), r.GetRevision()))
@@ -369,7 +375,7 @@ func refsOf(rs []*runnelv1.PipelineRef) string {
 	return strings.Join(s, ",")
 }
 
-func pipesText(m map[string]uint32) string {
+func scalePipes(m map[string]uint32) string {
 	var s []string
 	for _, n := range slices.Sorted(maps.Keys(m)) {
 		s = append(s, fmt.Sprintf("%s@%d", n, m[n]))
@@ -379,7 +385,7 @@ func pipesText(m map[string]uint32) string {
 
 // scaleFleet is n edges with mixed labels: site plant-1…5, hw rpi4, cm4
 // or x86, and one in seven legacy. picked is the ids, sorted, that the
-// selector rolloutSelector picks, decided here without the selector
+// selector scaleSelector picks, decided here without the selector
 // parser: the oracle.
 func scaleFleet(n int) (edges []scaleEdge, picked []string) {
 	hws := []string{"rpi4", "cm4", "x86"}
@@ -398,11 +404,11 @@ func scaleFleet(n int) (edges []scaleEdge, picked []string) {
 	return edges, picked
 }
 
-const rolloutSelector = "site in (plant-1,plant-2),hw!=x86,!legacy"
+const scaleSelector = "site in (plant-1,plant-2),hw!=x86,!legacy"
 
-// stagedSteps cuts sorted targets into a canary of canary edges and then
+// scaleSteps cuts sorted targets into a canary of canary edges and then
 // batches of ceil(pct × targets / 100): the steps docs/fleet.md promises.
-func stagedSteps(targets []string, canary, pct int) [][]string {
+func scaleSteps(targets []string, canary, pct int) [][]string {
 	batch := (len(targets)*pct + 99) / 100
 	steps := [][]string{targets[:min(canary, len(targets))]}
 	for rest := targets[len(steps[0]):]; len(rest) > 0; {
@@ -413,10 +419,10 @@ func stagedSteps(targets []string, canary, pct int) [][]string {
 	return steps
 }
 
-// watchRollout polls GetDeployment until the rollout of version ends
+// scaleWatchRollout polls GetDeployment until the rollout of version ends
 // (succeeded, failed, aborted), and returns the last answer and the steps
 // seen while it progressed, in order.
-func watchRollout(tb testing.TB, h *scaleHub, name string, version uint32, d time.Duration) (*runnelv1.Deployment, []uint32) {
+func scaleWatchRollout(tb testing.TB, h *scaleHub, name string, version uint32, d time.Duration) (*runnelv1.Deployment, []uint32) {
 	tb.Helper()
 	var steps []uint32
 	deadline := time.Now().Add(d)
@@ -445,12 +451,12 @@ func watchRollout(tb testing.TB, h *scaleHub, name string, version uint32, d tim
 	}
 }
 
-// checkSteps checks, on the hub's records, that the steps got pipeline
+// scaleCheckSteps checks, on the hub's records, that the steps got pipeline
 // name at revision rev in order: every edge of a step was handed it within
 // one moment (less than soak apart), and no edge of step k+1 before every
 // edge of step k reported it running and soak passed after the last of
 // those reports.
-func checkSteps(tb testing.TB, rec *fleetRecorder, steps [][]string, name string, rev uint32, since time.Time, soak time.Duration) {
+func scaleCheckSteps(tb testing.TB, rec *scaleRecorder, steps [][]string, name string, rev uint32, since time.Time, soak time.Duration) {
 	tb.Helper()
 	ms := func(t time.Time) string { return fmt.Sprintf("+%dms", t.Sub(since).Milliseconds()) }
 	var prevRun time.Time // the last report of running of the step before
@@ -459,7 +465,7 @@ func checkSteps(tb testing.TB, rec *fleetRecorder, steps [][]string, name string
 		var first, last, run time.Time
 		var firstID, runID string
 		for _, id := range ids {
-			g, ok := rec.firstGiven(id, func(g given) bool { return g.pipes[name] == rev })
+			g, ok := rec.firstGiven(id, func(g scaleGiven) bool { return g.pipes[name] == rev })
 			if !ok {
 				tb.Errorf("step %d: edge %s was never handed %s@%d", k, id, name, rev)
 				continue
@@ -524,10 +530,10 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	)
 	dir := t.TempDir()
 	edges, targets := scaleFleet(n)
-	steps := stagedSteps(targets, canary, 30)
+	steps := scaleSteps(targets, canary, 30)
 	// The first canary has a local pipeline named like one a later
 	// version adds.
-	extra, err := operators.CompileYAML("extra.yaml", []byte(extraSpec))
+	extra, err := operators.CompileYAML("extra.yaml", []byte(scaleExtraSpec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,7 +548,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	for _, id := range targets {
 		isTarget[id] = true
 	}
-	t.Logf("%d edges, %d picked by %q, steps of %d", n, len(targets), rolloutSelector, len(steps[0]))
+	t.Logf("%d edges, %d picked by %q, steps of %d", n, len(targets), scaleSelector, len(steps[0]))
 
 	h := startScaleHub(t, filepath.Join(dir, "hub"), ids, 50*time.Millisecond)
 	defer h.close(t)
@@ -561,16 +567,16 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	}
 	mosq := testbroker.Start(t)
 	start := time.Now()
-	stop := runEdges(t, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 2*time.Second, 100*time.Millisecond)
+	stop := scaleRunEdges(t, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 2*time.Second, 100*time.Millisecond)
 	defer stop()
-	waitFleet(t, h, 30*time.Second, "all edges connected", allConnected(n))
+	scaleWaitFleet(t, h, 30*time.Second, "all edges connected", scaleAllConnected(n))
 	t.Logf("%d edges connected with a status in %s", n, time.Since(start).Round(time.Millisecond))
 
 	ctx := context.Background()
 	if _, err := h.api.ApplyPipeline(ctx, &runnelv1.ApplyPipelineRequest{Spec: scaleRevision(1000), File: "temps.yaml"}); err != nil {
 		t.Fatal(err)
 	}
-	sel, err := h.api.ListFleetEdges(ctx, &runnelv1.ListFleetEdgesRequest{Selector: rolloutSelector})
+	sel, err := h.api.ListFleetEdges(ctx, &runnelv1.ListFleetEdgesRequest{Selector: scaleSelector})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +591,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	strategy := &runnelv1.Strategy{Staged: true, Canary: canary, BatchPercent: 30, SoakMs: soak.Milliseconds(), RollbackOnFailure: true}
 	t1 := time.Now()
 	dep, err := h.api.ApplyDeployment(ctx, &runnelv1.ApplyDeploymentRequest{Spec: &runnelv1.DeploymentSpec{Name: "temps",
-		Selector: rolloutSelector, Pipelines: []*runnelv1.PipelineRef{{Name: "temps"}}, Strategy: strategy}})
+		Selector: scaleSelector, Pipelines: []*runnelv1.PipelineRef{{Name: "temps"}}, Strategy: strategy}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +599,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 		t.Fatalf("deployment v%d: %d steps of %d targets, want v1: %d steps of %d", dep.GetVersion(), dep.GetRollout().GetSteps(),
 			dep.GetRollout().GetTargeted(), len(steps), len(targets))
 	}
-	dep, seen := watchRollout(t, h, "temps", 1, 30*time.Second)
+	dep, seen := scaleWatchRollout(t, h, "temps", 1, 30*time.Second)
 	r := dep.GetRollout()
 	if r.GetPhase() != "succeeded" || r.GetApplied() != uint32(len(targets)) || r.GetFailed() != 0 {
 		t.Fatalf("rollout 1: %s, %d applied, %d failed of %d: %s", r.GetPhase(), r.GetApplied(), r.GetFailed(), len(targets), r.GetMessage())
@@ -602,7 +608,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 		t.Errorf("steps seen through GetDeployment: %v, want increasing to %d", seen, len(steps)-1)
 	}
 	t.Logf("rollout 1 succeeded in %s; GetDeployment showed steps %v", time.Since(t1).Round(time.Millisecond), seen)
-	checkSteps(t, h.rec, steps, "temps", 1, t1, soak)
+	scaleCheckSteps(t, h.rec, steps, "temps", 1, t1, soak)
 	byID := func(es []*runnelv1.FleetEdge) map[string]*runnelv1.FleetEdge {
 		m := map[string]*runnelv1.FleetEdge{}
 		for _, e := range es {
@@ -619,19 +625,19 @@ func TestFleetRolloutAtScale(t *testing.T) {
 				continue
 			}
 			if e := es[id]; e.GetDesiredGeneration() != 0 || len(e.GetDesired()) != 0 {
-				t.Errorf("edge %s outside the selector: desired generation %d, %s", id, e.GetDesiredGeneration(), refsOf(e.GetDesired()))
+				t.Errorf("edge %s outside the selector: desired generation %d, %s", id, e.GetDesiredGeneration(), scaleRefs(e.GetDesired()))
 			}
 			for _, g := range h.rec.givenTo(id) {
 				if len(g.pipes) > 0 {
-					t.Errorf("edge %s outside the selector was handed %s (generation %d)", id, pipesText(g.pipes), g.gen)
+					t.Errorf("edge %s outside the selector was handed %s (generation %d)", id, scalePipes(g.pipes), g.gen)
 				}
 			}
 		}
 	}
-	after1 := byID(waitFleet(t, h, 10*time.Second, "targets running temps@1", func(es []*runnelv1.FleetEdge) string {
+	after1 := byID(scaleWaitFleet(t, h, 10*time.Second, "targets running temps@1", func(es []*runnelv1.FleetEdge) string {
 		for _, e := range es {
-			if isTarget[e.GetEdgeId()] && (refsOf(e.GetDesired()) != "temps@1" || e.GetStatus().GetAppliedGeneration() != e.GetDesiredGeneration()) {
-				return fmt.Sprintf("edge %s: desired %s generation %d, applied %d", e.GetEdgeId(), refsOf(e.GetDesired()), e.GetDesiredGeneration(), e.GetStatus().GetAppliedGeneration())
+			if isTarget[e.GetEdgeId()] && (scaleRefs(e.GetDesired()) != "temps@1" || e.GetStatus().GetAppliedGeneration() != e.GetDesiredGeneration()) {
+				return fmt.Sprintf("edge %s: desired %s generation %d, applied %d", e.GetEdgeId(), scaleRefs(e.GetDesired()), e.GetDesiredGeneration(), e.GetStatus().GetAppliedGeneration())
 			}
 		}
 		return ""
@@ -640,7 +646,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 
 	// Version 2 adds pipeline extra, which the first canary runs from a
 	// local file.
-	for _, s := range []string{scaleRevision(2000), extraSpec} {
+	for _, s := range []string{scaleRevision(2000), scaleExtraSpec} {
 		if _, err := h.api.ApplyPipeline(ctx, &runnelv1.ApplyPipelineRequest{Spec: s}); err != nil {
 			t.Fatal(err)
 		}
@@ -648,10 +654,10 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	strategy.BatchPercent = 40
 	t2 := time.Now()
 	if _, err := h.api.ApplyDeployment(ctx, &runnelv1.ApplyDeploymentRequest{Spec: &runnelv1.DeploymentSpec{Name: "temps",
-		Selector: rolloutSelector, Pipelines: []*runnelv1.PipelineRef{{Name: "temps"}, {Name: "extra"}}, Strategy: strategy}}); err != nil {
+		Selector: scaleSelector, Pipelines: []*runnelv1.PipelineRef{{Name: "temps"}, {Name: "extra"}}, Strategy: strategy}}); err != nil {
 		t.Fatal(err)
 	}
-	dep, _ = watchRollout(t, h, "temps", 2, 30*time.Second)
+	dep, _ = scaleWatchRollout(t, h, "temps", 2, 30*time.Second)
 	r = dep.GetRollout()
 	t.Logf("rollout 2 ended in %s: %s at step %d, rolled back %v: %s", time.Since(t2).Round(time.Millisecond), r.GetPhase(), r.GetStep(), r.GetRolledBack(), r.GetMessage())
 	if r.GetPhase() != "failed" || r.GetStep() != 0 || !r.GetRolledBack() || !slices.Equal(r.GetFailedEdges(), targets[:1]) ||
@@ -661,7 +667,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	}
 	// Every target runs revision 1 again at the generation the hub gave
 	// it: the canaries were handed revision 1 back, the rest never changed.
-	after2 := byID(waitFleet(t, h, 15*time.Second, "targets back on temps@1", func(es []*runnelv1.FleetEdge) string {
+	after2 := byID(scaleWaitFleet(t, h, 15*time.Second, "targets back on temps@1", func(es []*runnelv1.FleetEdge) string {
 		for _, e := range es {
 			st := e.GetStatus()
 			if !isTarget[e.GetEdgeId()] {
@@ -673,16 +679,16 @@ func TestFleetRolloutAtScale(t *testing.T) {
 					running = append(running, fmt.Sprintf("%s@%d %s", p.GetName(), p.GetRevision(), p.GetState()))
 				}
 			}
-			if refsOf(e.GetDesired()) != "temps@1" || st.GetAppliedGeneration() != e.GetDesiredGeneration() || st.GetApplyError() != "" ||
+			if scaleRefs(e.GetDesired()) != "temps@1" || st.GetAppliedGeneration() != e.GetDesiredGeneration() || st.GetApplyError() != "" ||
 				!slices.Equal(running, []string{"temps@1 running"}) {
-				return fmt.Sprintf("edge %s: desired %s generation %d; applied %d, running %v, apply error %q", e.GetEdgeId(), refsOf(e.GetDesired()),
+				return fmt.Sprintf("edge %s: desired %s generation %d; applied %d, running %v, apply error %q", e.GetEdgeId(), scaleRefs(e.GetDesired()),
 					e.GetDesiredGeneration(), st.GetAppliedGeneration(), running, st.GetApplyError())
 			}
 		}
 		return ""
 	}))
 	outside(after2)
-	isNew := func(g given) bool { return g.pipes["temps"] == 2 || g.pipes["extra"] != 0 }
+	isNew := func(g scaleGiven) bool { return g.pipes["temps"] == 2 || g.pipes["extra"] != 0 }
 	for i, id := range targets {
 		g, touched := h.rec.firstGiven(id, isNew)
 		switch {
@@ -692,12 +698,12 @@ func TestFleetRolloutAtScale(t *testing.T) {
 			if want := after1[id].GetDesiredGeneration() + 2; after2[id].GetDesiredGeneration() != want {
 				t.Errorf("canary %s: generation %d after the rollback, want %d (version 2, then version 1 again)", id, after2[id].GetDesiredGeneration(), want)
 			}
-			if _, ok := h.rec.firstGiven(id, func(b given) bool { return b.gen > g.gen && pipesText(b.pipes) == "temps@1" }); !ok {
+			if _, ok := h.rec.firstGiven(id, func(b scaleGiven) bool { return b.gen > g.gen && scalePipes(b.pipes) == "temps@1" }); !ok {
 				t.Errorf("canary %s was not handed temps@1 back after version 2", id)
 			}
 		case touched:
 			t.Errorf("edge %s of step %d was handed %s (generation %d) at +%dms", id, slices.IndexFunc(steps, func(s []string) bool { return slices.Contains(s, id) }),
-				pipesText(g.pipes), g.gen, g.at.Sub(t2).Milliseconds())
+				scalePipes(g.pipes), g.gen, g.at.Sub(t2).Milliseconds())
 		case after2[id].GetDesiredGeneration() != after1[id].GetDesiredGeneration():
 			t.Errorf("edge %s past the canary: generation %d, was %d", id, after2[id].GetDesiredGeneration(), after1[id].GetDesiredGeneration())
 		}
@@ -711,10 +717,10 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	}
 }
 
-// raiseFileLimit raises the soft limit on open files to the hard one:
+// scaleRaiseFileLimit raises the soft limit on open files to the hard one:
 // each in-process edge holds a few (state file, log segment, MQTT and gRPC
 // sockets, and the hub's end of those).
-func raiseFileLimit(tb testing.TB) uint64 {
+func scaleRaiseFileLimit(tb testing.TB) uint64 {
 	tb.Helper()
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -729,8 +735,8 @@ func raiseFileLimit(tb testing.TB) uint64 {
 	return lim.Cur
 }
 
-// percentile of sorted durations, nearest rank.
-func percentile(sorted []time.Duration, p float64) time.Duration {
+// scalePercentile of sorted durations, nearest rank.
+func scalePercentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
@@ -738,16 +744,16 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// waitApplied waits until every edge reported pipeline temps at revision
+// scaleWaitApplied waits until every edge reported pipeline temps at revision
 // rev running, and returns how long after t0 each one did.
-func waitApplied(tb testing.TB, rec *fleetRecorder, ids []string, rev uint32, t0 time.Time, d time.Duration) []time.Duration {
+func scaleWaitApplied(tb testing.TB, rec *scaleRecorder, ids []string, rev uint32, t0 time.Time, d time.Duration) []time.Duration {
 	tb.Helper()
 	lat := make([]time.Duration, len(ids))
 	left := slices.Clone(ids)
 	deadline := time.Now().Add(d)
 	for len(left) > 0 {
 		left = slices.DeleteFunc(left, func(id string) bool {
-			g, ok := rec.firstGiven(id, func(g given) bool { return g.pipes["temps"] == rev })
+			g, ok := rec.firstGiven(id, func(g scaleGiven) bool { return g.pipes["temps"] == rev })
 			if !ok {
 				return false
 			}
@@ -777,7 +783,7 @@ func waitApplied(tb testing.TB, rec *fleetRecorder, ids []string, rev uint32, t0
 // every op. Run it with -benchtime=Nx: each op takes seconds.
 func BenchmarkFleetApply1k(b *testing.B) {
 	const n = 1000
-	limit := raiseFileLimit(b)
+	limit := scaleRaiseFileLimit(b)
 	dir := b.TempDir()
 	edges := make([]scaleEdge, n)
 	ids := make([]string, n)
@@ -791,9 +797,9 @@ func BenchmarkFleetApply1k(b *testing.B) {
 	start := time.Now()
 	// Status and checkpoints at their defaults (10 s, 1 s), as in the
 	// field: a change does not wait for either.
-	stop := runEdges(b, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 0, 0)
+	stop := scaleRunEdges(b, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 0, 0)
 	defer stop()
-	waitFleet(b, h, 3*time.Minute, "all edges connected", allConnected(n))
+	scaleWaitFleet(b, h, 3*time.Minute, "all edges connected", scaleAllConnected(n))
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	b.Logf("%d edges connected in %s; %d goroutines, heap %d MiB (%d KiB an edge); open files limit %d", n, time.Since(start).Round(time.Millisecond),
@@ -812,21 +818,320 @@ func BenchmarkFleetApply1k(b *testing.B) {
 			Pipelines: []*runnelv1.PipelineRef{{Name: "temps", Revision: rev}}}}); err != nil {
 			b.Fatal(err)
 		}
-		return waitApplied(b, h.rec, ids, rev, t0, time.Minute)
+		return scaleWaitApplied(b, h.rec, ids, rev, t0, time.Minute)
 	}
 	// The first deployment starts the pipeline on every edge; the changes
 	// measured replace it.
 	first := change()
 	slices.Sort(first)
-	b.Logf("first deployment (start temps@1): p50 %s, max %s", percentile(first, 50), first[len(first)-1])
+	b.Logf("first deployment (start temps@1): p50 %s, max %s", scalePercentile(first, 50), first[len(first)-1])
 
 	var all []time.Duration
 	for b.Loop() {
 		all = append(all, change()...)
 	}
 	slices.Sort(all)
-	b.ReportMetric(float64(percentile(all, 50).Milliseconds()), "p50-ms")
-	b.ReportMetric(float64(percentile(all, 99).Milliseconds()), "p99-ms")
+	b.ReportMetric(float64(scalePercentile(all, 50).Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(scalePercentile(all, 99).Milliseconds()), "p99-ms")
 	b.ReportMetric(float64(all[len(all)-1].Milliseconds()), "max-ms")
 	b.ReportMetric(n, "edges")
+}
+
+// scaleProcStat reads a process's CPU time (utime + stime) and resident set
+// from /proc: fields 14 and 15 of /proc/PID/stat, in ticks of 1/100 s
+// (fields counted after the command name, which may hold spaces), and
+// VmRSS and VmHWM of /proc/PID/status.
+func scaleProcStat(tb testing.TB, pid int) (cpu time.Duration, rss, peak int64) {
+	tb.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // f[0] is field 3
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		k, v, _ := strings.Cut(line, ":")
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = kb << 10
+		case "VmHWM":
+			peak = kb << 10
+		}
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, rss, peak
+}
+
+// scaleSim is a simulated edge: a control stream of its own (its own
+// connection, token and keepalive, as the edge's uplink dials), that
+// registers, applies each desired set at once (reports it running) and
+// sends a typical status every interval.
+type scaleSim struct {
+	id   string
+	conn *grpc.ClientConn
+}
+
+// scaleSimStatus is a typical report: the pipelines of the applied set
+// running, a few entries in the outbox, disk in use, rates that wander.
+func scaleSimStatus(ds *runnelv1.DesiredSet, rng *rand.Rand) *runnelv1.EdgeStatus {
+	now := time.Now().UnixMilli()
+	st := &runnelv1.EdgeStatus{AppliedGeneration: ds.GetGeneration(), AtMs: now,
+		OutboxEntries: uint64(rng.IntN(20)), OldestUnsentMs: int64(rng.IntN(2000)),
+		DiskUsedBytes: 40<<20 + rng.Int64N(1<<20), DiskCapBytes: 1 << 30,
+		RecordsPerMin: 600 + float64(rng.IntN(60)), LatePerMin: float64(rng.IntN(3))}
+	for _, p := range ds.GetPipelines() {
+		lag := 1000 + rng.Int64N(1000)
+		st.Pipelines = append(st.Pipelines, &runnelv1.PipelineStatus{Name: p.GetName(), Revision: p.GetRevision(), State: "running",
+			WatermarkMs: now - lag, WatermarkLagMs: lag})
+	}
+	return st
+}
+
+// run keeps the edge's control stream until ctx ends; the first status
+// goes after offset, then one every interval. sent counts statuses.
+func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent *atomic.Int64) error {
+	stream, err := runnelv1.NewControlClient(s.conn).Connect(ctx)
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(uint64(len(s.id)), uint64(offset)))
+	ds := &runnelv1.DesiredSet{}
+	hws := []string{"rpi4", "cm4", "x86"}
+	n, _ := strconv.Atoi(strings.TrimPrefix(s.id, "sim-"))
+	reg := &runnelv1.Register{EdgeId: s.id, Version: "v1.4.2", Os: "linux", Arch: "arm64", Status: scaleSimStatus(ds, rng),
+		Labels: map[string]string{"site": fmt.Sprintf("plant-%d", n%50), "hw": hws[n%3], "ring": fmt.Sprint(n % 4)}}
+	if err := stream.Send(&runnelv1.ControlRequest{Msg: &runnelv1.ControlRequest_Register{Register: reg}}); err != nil {
+		return err
+	}
+	desired := make(chan *runnelv1.DesiredSet, 1)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case <-desired: // only the newest counts
+			default:
+			}
+			desired <- m.GetDesired()
+		}
+	}()
+	timer := time.NewTimer(offset)
+	defer timer.Stop()
+	send := func() error {
+		sent.Add(1)
+		return stream.Send(&runnelv1.ControlRequest{Msg: &runnelv1.ControlRequest_Status{Status: scaleSimStatus(ds, rng)}})
+	}
+	for {
+		select {
+		case d := <-desired:
+			ds = d
+			if err := send(); err != nil {
+				return err
+			}
+		case <-timer.C:
+			timer.Reset(interval)
+			if err := send(); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			stream.CloseSend()
+			<-recvErr
+			return nil
+		}
+	}
+}
+
+// BenchmarkHub10kEdges: a runnel-hub process (fleet enabled, edge tokens
+// from a file) holds 10,000 simulated edges, each a control stream on a
+// connection of its own over loopback, sending a typical status every
+// 10 s (staggered), all of them running a deployment of one pipeline. An
+// op is a window of steady state (RUNNEL_HUB_WINDOW, default 1m): the
+// hub's CPU over it (utime + stime of the hub process, from /proc: the
+// simulator's own CPU is not in it) as a percentage of one core, its RSS
+// at the end, and the RSS above the hub's at start, per edge. Run with
+// -benchtime=1x.
+func BenchmarkHub10kEdges(b *testing.B) {
+	n := 10000
+	if s := os.Getenv("RUNNEL_HUB_EDGES"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	window := time.Minute
+	if s := os.Getenv("RUNNEL_HUB_WINDOW"); s != "" {
+		var err error
+		if window, err = time.ParseDuration(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const interval = 10 * time.Second
+	scaleRaiseFileLimit(b)
+	dir := b.TempDir()
+	testproc.Build(b, dir, "../../cmd/runnel-hub")
+	var tokens strings.Builder
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("sim-%05d", i)
+		fmt.Fprintf(&tokens, "%s %s\n", ids[i], scaleToken(ids[i]))
+	}
+	tokFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokFile, []byte(tokens.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	addr := scaleFreeAddr(b)
+	hubProc := &testproc.Proc{Name: "hub", Args: []string{filepath.Join(dir, "runnel-hub"), "--data-dir", filepath.Join(dir, "hub"),
+		"--grpc-addr", addr, "--http-addr", scaleFreeAddr(b), "--edge-tokens-file", tokFile, "--api-token", scaleAdminToken}}
+	hubProc.Start(b)
+	defer hubProc.Kill()
+	hubProc.WaitLog(b, "runnel-hub: ready")
+	pid := hubProc.Cmd.Process.Pid
+	time.Sleep(time.Second)
+	_, rss0, _ := scaleProcStat(b, pid)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var sent, failed atomic.Int64
+	var firstErr atomic.Value
+	sims := make([]*scaleSim, n)
+	defer func() {
+		cancel()
+		wg.Wait()
+		for _, s := range sims {
+			if s != nil {
+				s.conn.Close()
+			}
+		}
+	}()
+	start := time.Now()
+	for i, id := range ids {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(scaleBearer(scaleToken(id))),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+			// The simulator's side of 10,000 connections: small buffers.
+			grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sims[i] = &scaleSim{id: id, conn: conn}
+		offset := interval * time.Duration(i) / time.Duration(n)
+		wg.Go(func() {
+			if err := sims[i].run(ctx, offset, interval, &sent); err != nil && ctx.Err() == nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, fmt.Errorf("%s: %w", id, err))
+			}
+		})
+		if i%200 == 199 {
+			time.Sleep(50 * time.Millisecond) // a ramp, not a stampede
+		}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(scaleBearer(scaleAdminToken)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	api := runnelv1.NewFleetClient(conn)
+	waitAPI := func(what string, ok func() (string, error)) {
+		b.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			why, err := ok()
+			if err != nil {
+				b.Fatalf("%s: %v", what, err)
+			}
+			if why == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s: %s", what, why)
+			}
+			if f := failed.Load(); f > 0 {
+				b.Fatalf("%s: %d simulated edges failed, first %v", what, f, firstErr.Load())
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	waitAPI("registration", func() (string, error) {
+		es, err := api.ListFleetEdges(ctx, &runnelv1.ListFleetEdgesRequest{}, grpc.MaxCallRecvMsgSize(1<<30))
+		if err != nil {
+			return "", err
+		}
+		up := 0
+		for _, e := range es.GetEdges() {
+			if e.GetConnected() {
+				up++
+			}
+		}
+		if up < n {
+			return fmt.Sprintf("%d of %d connected", up, n), nil
+		}
+		return "", nil
+	})
+	b.Logf("%d simulated edges connected in %s", n, time.Since(start).Round(time.Millisecond))
+	if _, err := api.ApplyPipeline(ctx, &runnelv1.ApplyPipelineRequest{Spec: scaleRevision(1000)}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := api.ApplyDeployment(ctx, &runnelv1.ApplyDeploymentRequest{Spec: &runnelv1.DeploymentSpec{Name: "temps",
+		Pipelines: []*runnelv1.PipelineRef{{Name: "temps"}}}}); err != nil {
+		b.Fatal(err)
+	}
+	waitAPI("deployment", func() (string, error) {
+		d, err := api.GetDeployment(ctx, &runnelv1.GetDeploymentRequest{Name: "temps"})
+		if err != nil {
+			return "", err
+		}
+		if r := d.GetRollout(); r.GetPhase() != "succeeded" || r.GetApplied() != uint32(n) {
+			return fmt.Sprintf("%s, %d of %d applied", r.GetPhase(), r.GetApplied(), r.GetTargeted()), nil
+		}
+		return "", nil
+	})
+	// Steady state: a whole status round after the deployment.
+	time.Sleep(interval + time.Second)
+
+	var cpuPct, rssMB, perEdge, statusRate float64
+	for b.Loop() {
+		cpu0, _, _ := scaleProcStat(b, pid)
+		sent0, t0 := sent.Load(), time.Now()
+		time.Sleep(window)
+		cpu1, rss, peak := scaleProcStat(b, pid)
+		el := time.Since(t0)
+		if f := failed.Load(); f > 0 {
+			b.Fatalf("%d simulated edges failed, first %v", f, firstErr.Load())
+		}
+		cpuPct = 100 * float64(cpu1-cpu0) / float64(el)
+		rssMB = float64(rss) / (1 << 20)
+		perEdge = float64(rss-rss0) / float64(n)
+		statusRate = float64(sent.Load()-sent0) / el.Seconds()
+		b.Logf("hub over %s: CPU %s (%.2f%% of a core), RSS %.1f MiB (%.1f at start, peak %.1f), %.0f statuses/s",
+			el.Round(time.Millisecond), cpu1-cpu0, cpuPct, rssMB, float64(rss0)/(1<<20), float64(peak)/(1<<20), statusRate)
+	}
+	b.ReportMetric(cpuPct, "hub-cpu-%")
+	b.ReportMetric(rssMB, "hub-rss-MiB")
+	b.ReportMetric(perEdge, "bytes/edge")
+	b.ReportMetric(statusRate, "statuses/s")
+}
+
+func scaleFreeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
