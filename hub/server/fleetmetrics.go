@@ -22,10 +22,10 @@ const (
 	// fleet has at most EdgeMetricsAutoMax registered edges, aggregates
 	// only beyond.
 	EdgeMetricsAuto EdgeMetrics = "auto"
-	// EdgeMetricsOn: per-edge series whatever the fleet's size.
-	EdgeMetricsOn EdgeMetrics = "on"
-	// EdgeMetricsOff: aggregates only.
-	EdgeMetricsOff EdgeMetrics = "off"
+	// EdgeMetricsAlways: per-edge series whatever the fleet's size.
+	EdgeMetricsAlways EdgeMetrics = "always"
+	// EdgeMetricsNever: aggregates only.
+	EdgeMetricsNever EdgeMetrics = "never"
 )
 
 // EdgeMetricsAutoMax is the largest fleet EdgeMetricsAuto exports
@@ -34,18 +34,18 @@ const EdgeMetricsAutoMax = 1000
 
 func (m EdgeMetrics) check() error {
 	switch m {
-	case "", EdgeMetricsAuto, EdgeMetricsOn, EdgeMetricsOff:
+	case "", EdgeMetricsAuto, EdgeMetricsAlways, EdgeMetricsNever:
 		return nil
 	}
-	return fmt.Errorf("server: fleet edge metrics %q: use auto, on or off", string(m))
+	return fmt.Errorf("server: fleet edge metrics %q: use auto, always or never", string(m))
 }
 
 // perEdge reports whether a fleet of n edges gets per-edge series.
 func (m EdgeMetrics) perEdge(n int) bool {
 	switch m {
-	case EdgeMetricsOn:
+	case EdgeMetricsAlways:
 		return true
-	case EdgeMetricsOff:
+	case EdgeMetricsNever:
 		return false
 	}
 	return n <= EdgeMetricsAutoMax

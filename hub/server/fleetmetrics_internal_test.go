@@ -22,12 +22,12 @@ func (f listFleet) ListDeployments() []*runnelv1.Deployment         { return f.d
 
 // BenchmarkFleetGather is one scrape of the fleet's metrics: edges with a
 // status of 4 pipelines each, and 10 deployments; with the per-edge series
-// (metrics=on) and as EdgeMetricsAuto has it for the fleet's size.
+// (metrics=always) and as EdgeMetricsAuto has it for the fleet's size.
 func BenchmarkFleetGather(b *testing.B) {
 	for _, c := range []struct {
 		n    int
 		mode EdgeMetrics
-	}{{1000, EdgeMetricsOn}, {10000, EdgeMetricsOn}, {10000, EdgeMetricsAuto}} {
+	}{{1000, EdgeMetricsAlways}, {10000, EdgeMetricsAlways}, {10000, EdgeMetricsAuto}} {
 		n := c.n
 		b.Run(fmt.Sprintf("edges=%d/metrics=%s", n, c.mode), func(b *testing.B) {
 			f := listFleet{}

@@ -106,8 +106,8 @@ func TestFleetEdgeMetricsModes(t *testing.T) {
 		{server.EdgeMetricsAuto, server.EdgeMetricsAutoMax, true},
 		{server.EdgeMetricsAuto, server.EdgeMetricsAutoMax + 1, false},
 		{"", server.EdgeMetricsAutoMax + 1, false},
-		{server.EdgeMetricsOn, server.EdgeMetricsAutoMax + 1, true},
-		{server.EdgeMetricsOff, 2, false},
+		{server.EdgeMetricsAlways, server.EdgeMetricsAutoMax + 1, true},
+		{server.EdgeMetricsNever, 2, false},
 	} {
 		t.Run(fmt.Sprintf("%s/edges=%d", cmp.Or(tc.mode, "default"), tc.edges), func(t *testing.T) {
 			e := startFleet(t, fleetOf(tc.edges), func(c *server.Config) { c.FleetEdgeMetrics = tc.mode })
@@ -142,7 +142,7 @@ func TestFleetEdgeMetricsModes(t *testing.T) {
 // New, naming the value and the ones it takes.
 func TestFleetEdgeMetricsRefused(t *testing.T) {
 	_, err := server.New(newFakeCore(testPipeline(t)), server.Config{Insecure: true, Fleet: newFakeFleet(), FleetEdgeMetrics: "yes"})
-	if err == nil || !strings.Contains(err.Error(), `fleet edge metrics "yes": use auto, on or off`) {
+	if err == nil || !strings.Contains(err.Error(), `fleet edge metrics "yes": use auto, always or never`) {
 		t.Errorf("New with FleetEdgeMetrics yes: %v", err)
 	}
 }

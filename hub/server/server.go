@@ -64,7 +64,7 @@ type Config struct {
 	// closes it: whoever opened it closes it after Shutdown returns.
 	Fleet FleetCore
 	// FleetEdgeMetrics says when /metrics has the fleet's per-edge series:
-	// EdgeMetricsAuto (the default, ""), EdgeMetricsOn or EdgeMetricsOff.
+	// EdgeMetricsAuto (the default, ""), EdgeMetricsAlways or EdgeMetricsNever.
 	FleetEdgeMetrics EdgeMetrics
 
 	Heartbeat time.Duration // SSE comment interval; default DefaultHeartbeat
