@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -871,10 +874,9 @@ func scaleProcStat(tb testing.TB, pid int) (cpu time.Duration, rss, peak int64) 
 	return time.Duration(utime+stime) * 10 * time.Millisecond, rss, peak
 }
 
-// scaleSim is a simulated edge: a control stream of its own (its own
-// connection, token and keepalive, as the edge's uplink dials), that
-// registers, applies each desired set at once (reports it running) and
-// sends a typical status every interval.
+// scaleSim is a simulated edge: a control stream with its edge token,
+// that registers, applies each desired set at once (reports it running)
+// and sends a typical status every interval.
 type scaleSim struct {
 	id   string
 	conn *grpc.ClientConn
@@ -899,7 +901,7 @@ func scaleSimStatus(ds *runnelv1.DesiredSet, rng *rand.Rand) *runnelv1.EdgeStatu
 // run keeps the edge's control stream until ctx ends; the first status
 // goes after offset, then one every interval. sent counts statuses.
 func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent *atomic.Int64) error {
-	stream, err := runnelv1.NewControlClient(s.conn).Connect(ctx)
+	stream, err := runnelv1.NewControlClient(s.conn).Connect(ctx, grpc.PerRPCCredentials(scaleBearer(scaleToken(s.id))))
 	if err != nil {
 		return err
 	}
@@ -960,30 +962,45 @@ func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent
 }
 
 // BenchmarkHub10kEdges: a runnel-hub process (fleet enabled, edge tokens
-// from a file) holds 10,000 simulated edges, each a control stream on a
-// connection of its own over loopback, sending a typical status every
-// 10 s (staggered), all of them running a deployment of one pipeline. An
-// op is a window of steady state (RUNNEL_HUB_WINDOW, default 1m): the
-// hub's CPU over it (utime + stime of the hub process, from /proc: the
-// simulator's own CPU is not in it) as a percentage of one core, its RSS
-// at the end, and the RSS above the hub's at start, per edge. Run with
-// -benchtime=1x.
+// from a file) holds 10,000 simulated edges, each a control stream with
+// its own token, sending a typical status every 10 s (staggered), all of
+// them running a deployment of one pipeline. An op is a window of steady
+// state (RUNNEL_HUB_WINDOW, default 1m): the hub's CPU over it (utime +
+// stime of the hub process, from /proc: the simulator's own CPU is not in
+// it) as a percentage of one core, its RSS at the end, and the RSS above
+// the hub's at start, per edge. perconn=1 is the field: each edge on a
+// connection of its own, which pings every 20 s as the edge's uplink
+// does; perconn=100 puts 100 edges' streams on one connection, which
+// tells the connections' share of the cost from the streams'. Run with
+// -benchtime=1x; RUNNEL_HUB_EDGES changes the 10,000.
 func BenchmarkHub10kEdges(b *testing.B) {
 	n := 10000
 	if s := os.Getenv("RUNNEL_HUB_EDGES"); s != "" {
-		n, _ = strconv.Atoi(s)
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n <= 0 {
+			b.Fatalf("RUNNEL_HUB_EDGES=%q: want a count of edges", s)
+		}
 	}
 	window := time.Minute
 	if s := os.Getenv("RUNNEL_HUB_WINDOW"); s != "" {
 		var err error
-		if window, err = time.ParseDuration(s); err != nil {
-			b.Fatal(err)
+		if window, err = time.ParseDuration(s); err != nil || window <= 0 {
+			b.Fatalf("RUNNEL_HUB_WINDOW=%q: want a duration", s)
 		}
 	}
-	const interval = 10 * time.Second
 	scaleRaiseFileLimit(b)
+	bin := b.TempDir()
+	testproc.Build(b, bin, "../../cmd/runnel-hub")
+	for _, perConn := range []int{1, 100} {
+		b.Run(fmt.Sprintf("perconn=%d", perConn), func(b *testing.B) {
+			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, perConn, window)
+		})
+	}
+}
+
+func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Duration) {
+	const interval = 10 * time.Second
 	dir := b.TempDir()
-	testproc.Build(b, dir, "../../cmd/runnel-hub")
 	var tokens strings.Builder
 	ids := make([]string, n)
 	for i := range ids {
@@ -994,9 +1011,9 @@ func BenchmarkHub10kEdges(b *testing.B) {
 	if err := os.WriteFile(tokFile, []byte(tokens.String()), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	addr := scaleFreeAddr(b)
-	hubProc := &testproc.Proc{Name: "hub", Args: []string{filepath.Join(dir, "runnel-hub"), "--data-dir", filepath.Join(dir, "hub"),
-		"--grpc-addr", addr, "--http-addr", scaleFreeAddr(b), "--edge-tokens-file", tokFile, "--api-token", scaleAdminToken}}
+	addr, httpAddr := scaleFreeAddr(b), scaleFreeAddr(b)
+	hubProc := &testproc.Proc{Name: "hub", Args: []string{hubBin, "--data-dir", filepath.Join(dir, "hub"),
+		"--grpc-addr", addr, "--http-addr", httpAddr, "--edge-tokens-file", tokFile, "--api-token", scaleAdminToken}}
 	hubProc.Start(b)
 	defer hubProc.Kill()
 	hubProc.WaitLog(b, "runnel-hub: ready")
@@ -1008,30 +1025,31 @@ func BenchmarkHub10kEdges(b *testing.B) {
 	var wg sync.WaitGroup
 	var sent, failed atomic.Int64
 	var firstErr atomic.Value
-	sims := make([]*scaleSim, n)
+	var conns []*grpc.ClientConn
 	defer func() {
 		cancel()
 		wg.Wait()
-		for _, s := range sims {
-			if s != nil {
-				s.conn.Close()
-			}
+		for _, c := range conns {
+			c.Close()
 		}
 	}()
 	start := time.Now()
 	for i, id := range ids {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithPerRPCCredentials(scaleBearer(scaleToken(id))),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
-			// The simulator's side of 10,000 connections: small buffers.
-			grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10))
-		if err != nil {
-			b.Fatal(err)
+		if i%perConn == 0 {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				// As the edge's uplink dials.
+				grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+				// The simulator's side of 10,000 connections: small buffers.
+				grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10))
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns = append(conns, conn)
 		}
-		sims[i] = &scaleSim{id: id, conn: conn}
+		sim := &scaleSim{id: id, conn: conns[len(conns)-1]}
 		offset := interval * time.Duration(i) / time.Duration(n)
 		wg.Go(func() {
-			if err := sims[i].run(ctx, offset, interval, &sent); err != nil && ctx.Err() == nil {
+			if err := sim.run(ctx, offset, interval, &sent); err != nil && ctx.Err() == nil {
 				failed.Add(1)
 				firstErr.CompareAndSwap(nil, fmt.Errorf("%s: %w", id, err))
 			}
@@ -1082,7 +1100,7 @@ func BenchmarkHub10kEdges(b *testing.B) {
 		}
 		return "", nil
 	})
-	b.Logf("%d simulated edges connected in %s", n, time.Since(start).Round(time.Millisecond))
+	b.Logf("%d simulated edges on %d connections connected in %s", n, len(conns), time.Since(start).Round(time.Millisecond))
 	if _, err := api.ApplyPipeline(ctx, &runnelv1.ApplyPipelineRequest{Spec: scaleRevision(1000)}); err != nil {
 		b.Fatal(err)
 	}
@@ -1103,7 +1121,7 @@ func BenchmarkHub10kEdges(b *testing.B) {
 	// Steady state: a whole status round after the deployment.
 	time.Sleep(interval + time.Second)
 
-	var cpuPct, rssMB, perEdge, statusRate float64
+	var cpuPct, rssMB, perEdge, statusRate, scrapeMs float64
 	for b.Loop() {
 		cpu0, _, _ := scaleProcStat(b, pid)
 		sent0, t0 := sent.Load(), time.Now()
@@ -1119,7 +1137,22 @@ func BenchmarkHub10kEdges(b *testing.B) {
 		statusRate = float64(sent.Load()-sent0) / el.Seconds()
 		b.Logf("hub over %s: CPU %s (%.2f%% of a core), RSS %.1f MiB (%.1f at start, peak %.1f), %.0f statuses/s",
 			el.Round(time.Millisecond), cpu1-cpu0, cpuPct, rssMB, float64(rss0)/(1<<20), float64(peak)/(1<<20), statusRate)
+		// A Prometheus scrape (fleet.edge_metrics at its default: at
+		// 10,000 edges, aggregates only).
+		t1 := time.Now()
+		resp, err := http.Get("http://" + httpAddr + "/metrics")
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+		}
+		scrapeMs = float64(time.Since(t1).Microseconds()) / 1e3
+		b.Logf("a scrape of /metrics: %.1f ms, %d bytes, %d lines", scrapeMs, len(body), bytes.Count(body, []byte("\n")))
 	}
+	b.ReportMetric(scrapeMs, "scrape-ms")
 	b.ReportMetric(cpuPct, "hub-cpu-%")
 	b.ReportMetric(rssMB, "hub-rss-MiB")
 	b.ReportMetric(perEdge, "bytes/edge")
