@@ -79,7 +79,7 @@ aggregates: {n: count()}
 // info, warn, error) to log at on stderr.
 func scaleLogger() *slog.Logger {
 	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(os.Getenv("RUNNEL_SCALE_LOG"))); err != nil || os.Getenv("RUNNEL_SCALE_LOG") == "" {
+	if v := os.Getenv("RUNNEL_SCALE_LOG"); v == "" || lv.UnmarshalText([]byte(v)) != nil {
 		return slog.New(slog.DiscardHandler)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
@@ -410,7 +410,8 @@ func scaleFleet(n int) (edges []scaleEdge, picked []string) {
 const scaleSelector = "site in (plant-1,plant-2),hw!=x86,!legacy"
 
 // scaleSteps cuts sorted targets into a canary of canary edges and then
-// batches of ceil(pct × targets / 100): the steps docs/fleet.md promises.
+// batches of ceil(pct × targets / 100): the steps hub/fleet/doc.go
+// promises.
 func scaleSteps(targets []string, canary, pct int) [][]string {
 	batch := (len(targets)*pct + 99) / 100
 	steps := [][]string{targets[:min(canary, len(targets))]}
@@ -514,11 +515,11 @@ func scaleCheckSteps(tb testing.TB, rec *scaleRecorder, steps [][]string, name s
 // revision before every edge of the step before ran it and the soak
 // passed (the last edge of each step is behind a slow link, so the gate
 // has to wait for it). Edges outside the selector are never handed a
-// pipeline. Then a
-// new version adds a pipeline that the first canary runs from a local
-// file, so it refuses the set: the rollout fails at the canary, rolls
-// back the edges it touched (the other canary, which applied it, runs
-// revision 1 again), and no edge past the canary is handed the version.
+// pipeline. Then a new version adds a pipeline that the first canary runs
+// from a local file, so it refuses the set: the rollout fails at the
+// canary, rolls back the edges it touched (the other canary, which
+// applied it, runs revision 1 again), and no edge past the canary is
+// handed the version.
 func TestFleetRolloutAtScale(t *testing.T) {
 	if testing.Short() {
 		t.Skip("120 in-process edges")
@@ -551,7 +552,11 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	for _, id := range targets {
 		isTarget[id] = true
 	}
-	t.Logf("%d edges, %d picked by %q, steps of %d", n, len(targets), scaleSelector, len(steps[0]))
+	var sizes []int
+	for _, st := range steps {
+		sizes = append(sizes, len(st))
+	}
+	t.Logf("%d edges, %d picked by %q, in steps of %v", n, len(targets), scaleSelector, sizes)
 
 	h := startScaleHub(t, filepath.Join(dir, "hub"), ids, 50*time.Millisecond)
 	defer h.close(t)
