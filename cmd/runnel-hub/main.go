@@ -97,7 +97,7 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 		GRPCAddr: c.GRPC.Addr, HTTPAddr: c.HTTP.Addr,
 		CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, Insecure: c.Plaintext(),
 		EdgeTokens: c.Auth.EdgeTokens, APIToken: c.Auth.APIToken,
-		Fleet:   fc,
+		Fleet: fc, FleetEdgeMetrics: server.EdgeMetrics(c.Fleet.EdgeMetrics),
 		Version: version(), Logger: lg,
 	})
 	if err != nil {

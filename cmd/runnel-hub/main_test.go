@@ -21,6 +21,7 @@ import (
 
 	"github.com/runnel-io/runnel/examples"
 	"github.com/runnel-io/runnel/hub/config"
+	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/operators/spec"
 )
 
@@ -234,5 +235,51 @@ func TestRunFleet(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "fleet.db")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRunFleetEdgeMetrics: fleet.edge_metrics reaches the server: by
+// default (auto, and no edges) /metrics has the per-edge fleet series,
+// with never only the aggregates; the config's values are the server's.
+func TestRunFleetEdgeMetrics(t *testing.T) {
+	for v, s := range map[config.EdgeMetrics]server.EdgeMetrics{config.EdgeMetricsAuto: server.EdgeMetricsAuto,
+		config.EdgeMetricsAlways: server.EdgeMetricsAlways, config.EdgeMetricsNever: server.EdgeMetricsNever} {
+		if server.EdgeMetrics(v) != s {
+			t.Errorf("fleet.edge_metrics %q is server.EdgeMetrics %q", v, s)
+		}
+	}
+	for _, tc := range []struct{ flag, want string }{{"", "runnel_hub_fleet_per_edge_metrics 1\n"}, {"never", "runnel_hub_fleet_per_edge_metrics 0\n"}} {
+		dir := t.TempDir()
+		httpAddr := freeAddr(t)
+		args := []string{"--data-dir", dir, "--grpc-addr", freeAddr(t), "--http-addr", httpAddr}
+		if tc.flag != "" {
+			args = append(args, "--fleet-edge-metrics", tc.flag)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var logs lockedBuffer
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, args, nil, &logs) }()
+		client := &http.Client{Timeout: time.Second}
+		var body string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			resp, err := client.Get("http://" + httpAddr + "/metrics")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				body = string(b)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no /metrics: %v\n%s", err, logs.String())
+			}
+		}
+		client.CloseIdleConnections()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(body, tc.want) {
+			t.Errorf("--fleet-edge-metrics %q: /metrics lacks %q", tc.flag, tc.want)
+		}
 	}
 }

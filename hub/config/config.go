@@ -64,9 +64,21 @@ type Merge struct {
 // Fleet configures the control plane (hub/fleet), whose store lives in
 // DataDir.
 type Fleet struct {
-	Enabled bool          // serve the Fleet API and the control streams
-	Tick    time.Duration // how often rollouts advance
+	Enabled     bool          // serve the Fleet API and the control streams
+	Tick        time.Duration // how often rollouts advance
+	EdgeMetrics EdgeMetrics   // when /metrics has per-edge series
 }
+
+// EdgeMetrics is fleet.edge_metrics: when /metrics carries the fleet's
+// per-edge series. The values are server.EdgeMetrics's, which runnel-hub
+// passes it as.
+type EdgeMetrics string
+
+const (
+	EdgeMetricsAuto   EdgeMetrics = "auto"   // per-edge series while the fleet has at most 1,000 edges
+	EdgeMetricsAlways EdgeMetrics = "always" // whatever the fleet's size
+	EdgeMetricsNever  EdgeMetrics = "never"  // aggregates only
+)
 
 // Default returns the configuration an empty config file gives.
 func Default() *Config { return table.Defaults() }

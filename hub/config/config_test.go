@@ -226,21 +226,31 @@ func TestPlaintextRules(t *testing.T) {
 	}
 }
 
-// TestFleetSettings: fleet.enabled and fleet.tick load from every source,
-// and a tick out of its range is refused.
+// TestFleetSettings: fleet.enabled, fleet.tick and fleet.edge_metrics
+// load from every source (edge_metrics auto by default), and a tick out
+// of its range or an unknown edge_metrics is refused.
 func TestFleetSettings(t *testing.T) {
-	c, err := loadData("hub.yaml", "fleet: {enabled: false, tick: 250ms}\n", nil, nil)
-	if err != nil || c.Fleet.Enabled || c.Fleet.Tick != 250*time.Millisecond {
+	c, err := loadData("hub.yaml", "", nil, nil)
+	if err != nil || c.Fleet.EdgeMetrics != EdgeMetricsAuto {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	c, err = loadData("hub.yaml", "fleet: {enabled: false, tick: 250ms, edge_metrics: never}\n", nil, nil)
+	if err != nil || c.Fleet.Enabled || c.Fleet.Tick != 250*time.Millisecond || c.Fleet.EdgeMetrics != EdgeMetricsNever {
 		t.Fatalf("from the file: %+v %v", c, err)
 	}
-	c, err = loadData("", "", []string{"--fleet-tick", "2s"}, []string{"RUNNEL_HUB_FLEET_ENABLED=false"})
-	if err != nil || c.Fleet.Enabled || c.Fleet.Tick != 2*time.Second {
-		t.Fatalf("from a flag and a variable: %+v %v", c, err)
+	c, err = loadData("", "", []string{"--fleet-tick", "2s", "--fleet-edge-metrics", "always"}, []string{"RUNNEL_HUB_FLEET_ENABLED=false"})
+	if err != nil || c.Fleet.Enabled || c.Fleet.Tick != 2*time.Second || c.Fleet.EdgeMetrics != EdgeMetricsAlways {
+		t.Fatalf("from flags and a variable: %+v %v", c, err)
+	}
+	c, err = loadData("", "", nil, []string{"RUNNEL_HUB_FLEET_EDGE_METRICS=never"})
+	if err != nil || c.Fleet.EdgeMetrics != EdgeMetricsNever {
+		t.Fatalf("from the variable: %+v %v", c, err)
 	}
 	for _, tc := range []struct{ file, flag, want string }{
 		{"fleet: {tick: 2m}\n", "", "hub.yaml:1:15: fleet.tick: 2m is out of range; must be 10ms to 1m"},
 		{"", "5ms", "flag --fleet-tick: 5ms is out of range; must be 10ms to 1m"},
 		{"fleet: {enabled: maybe}\n", "", "hub.yaml:1:18: fleet.enabled:"},
+		{"fleet: {edge_metrics: yes}\n", "", "hub.yaml:1:23: fleet.edge_metrics:"},
 	} {
 		var args []string
 		if tc.flag != "" {

@@ -80,6 +80,9 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "fleet.tick", Flag: "fleet-tick", Env: "RUNNEL_HUB_FLEET_TICK", Default: "1s",
 			Doc:   "How often the fleet store advances rollouts (10ms to 1m): steps' health gates, soak times and progress deadlines are checked at this period.",
 			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Fleet.Tick }, settings.Between(10*time.Millisecond, time.Minute))},
+		{Path: "fleet.edge_metrics", Flag: "fleet-edge-metrics", Env: "RUNNEL_HUB_FLEET_EDGE_METRICS", Default: "auto",
+			Doc:   "Whether /metrics carries the per-edge fleet series (runnel_hub_fleet_edge_*{edge}, about 15 an edge): auto: while the fleet has at most 1,000 registered edges; always; or never. At 10,000 edges they are 150,000 series and a scrape takes 0.2 to 0.4 s; without them the aggregates stay (edges registered and connected, each deployment's counts, step and phase), and runnel_hub_fleet_per_edge_metrics says which it is.",
+			Value: settings.Enum(func(c *Config) *EdgeMetrics { return &c.Fleet.EdgeMetrics }, EdgeMetricsAuto, EdgeMetricsAlways, EdgeMetricsNever)},
 	}, settings.LogSettings("RUNNEL_HUB_", func(c *Config) *settings.Log { return &c.Log })...),
 })
 

@@ -39,15 +39,15 @@ const (
 var errReplaced = status.Error(codes.Aborted, "control: replaced by a newer connection of the same edge")
 
 // Connect runs one edge's control stream: Register first (naming the
-// token's edge), then FleetCore.Connect's desired sets out, each sent by
-// the sender goroutine in order, and the edge's statuses in, each passed
+// token's edge), then FleetCore.Connect's desired sets out, each sent in
+// order by the handler itself, and the edge's statuses in, each passed
 // to FleetCore.Status by the receive loop. It ends when the core closes
 // the channel (another connection of the edge replaced this one:
 // Aborted), when the edge closes its side (OK), when a message is refused
 // (InvalidArgument, PermissionDenied) or on Shutdown (Unavailable). The
-// sender is the stream's and is waited for; the receive loop, which may
-// sit in Recv until the handler returns, is the Server's (as the
-// uplink's).
+// receive loop, which may sit in Recv until the handler returns, is the
+// Server's (as the uplink's). A stream costs one goroutine besides
+// gRPC's, which counts at 10,000 edges.
 func (c *control) Connect(stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse]) error {
 	s := c.s
 	edge := edgeOf(stream.Context())
@@ -85,28 +85,20 @@ func (c *control) Connect(stream grpc.BidiStreamingServer[runnelv1.ControlReques
 		defer s.wg.Done()
 		recvErr <- c.recv(ctx, stream, edge)
 	}()
-	sendDone := make(chan error, 1)
-	go func() { sendDone <- c.send(ctx, stream, desired) }()
-
-	select {
-	case err = <-recvErr:
-	case err = <-sendDone:
-		sendDone <- err
-	case <-s.quit:
-		err = errShutdown
-	}
+	err = c.send(ctx, stream, desired, recvErr)
 	cancel()
-	<-sendDone
 	if st, ok := status.FromError(err); ok && err != nil && st.Code() != codes.Canceled {
 		s.log.Debug("hub: control stream ended", "edge", edge, "code", st.Code(), "err", st.Message())
 	}
 	return err
 }
 
-// send sends each desired set until ctx ends or the core closes the
-// channel, which, while ctx lasts, means a newer connection of the edge
-// replaced this one. It is the only caller of Send.
-func (c *control) send(ctx context.Context, stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse], desired <-chan *runnelv1.DesiredSet) error {
+// send sends each desired set until ctx ends, the core closes the
+// channel (which, while ctx lasts, means a newer connection of the edge
+// replaced this one: errReplaced), the receive loop ends (its error) or
+// Shutdown starts (errShutdown). It runs in the handler and is the only
+// caller of Send.
+func (c *control) send(ctx context.Context, stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse], desired <-chan *runnelv1.DesiredSet, recvErr <-chan error) error {
 	for {
 		select {
 		case ds, ok := <-desired:
@@ -121,6 +113,10 @@ func (c *control) send(ctx context.Context, stream grpc.BidiStreamingServer[runn
 			if err := stream.Send(&runnelv1.ControlResponse{Msg: &runnelv1.ControlResponse_Desired{Desired: ds}}); err != nil {
 				return err
 			}
+		case err := <-recvErr:
+			return err
+		case <-c.s.quit:
+			return errShutdown
 		case <-ctx.Done():
 			return nil
 		}

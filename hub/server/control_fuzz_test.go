@@ -152,7 +152,7 @@ func FuzzControlStream(f *testing.F) {
 	f.Add([]byte{})
 
 	log := slog.New(slog.DiscardHandler)
-	m := newMetrics(nil, nil, nil, log)
+	m := newMetrics(nil, nil, "", nil, log)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		flags, msgs := fuzzMessages(data)
 		ff := &fuzzFleet{replace: flags&2 != 0, statusErr: flags&4 != 0}

@@ -81,8 +81,8 @@
 // PermissionDenied) and within the bounds of control.go (at most 1000
 // labels, 256 pipelines a status, 1 MiB a message; beyond them
 // InvalidArgument, and nothing of the message reaches the fleet). Then
-// FleetCore.Connect gives a channel of the edge's desired sets: a sender
-// goroutine Sends each in order, while the receive loop passes each
+// FleetCore.Connect gives a channel of the edge's desired sets: the
+// handler Sends each in order, while the receive loop passes each
 // EdgeStatus to FleetCore.Status, always under the token's edge id. The
 // stream ends when the channel closes while the stream lasts (a newer
 // connection of the edge replaced it: Aborted), when the edge closes its
@@ -103,14 +103,15 @@
 //
 // # Invariants
 //
-//   - Every goroutine has an owner: the uplink's acker and the control
-//     stream's sender are the stream's and are waited for before the
-//     handler returns; the receive loops may sit in Recv until the
-//     handler returns, so the Server owns them and Shutdown waits for
+//   - Every goroutine has an owner: the uplink's acker is the stream's
+//     and is waited for before the handler returns (the control stream
+//     sends from its handler); the receive loops may sit in Recv until
+//     the handler returns, so the Server owns them and Shutdown waits for
 //     them. After Shutdown returns nothing calls the core or the fleet,
 //     and they may be closed.
 //   - Only the receive loop calls Recv after the first message, and only
-//     the acker (after the Resume) or the sender calls Send.
+//     the acker (after the Resume) or the control stream's handler calls
+//     Send.
 //   - Shutdown ends uplink and control streams (Unavailable),
 //     subscriptions and SSE streams at once, then stops the gRPC servers
 //     gracefully until its context ends.
@@ -126,7 +127,7 @@
 //     restart.
 //   - A hub with a fleet and no API token shows the fleet's state to
 //     anyone who reaches the listeners, and nobody can change it.
-//   - An edge that stops reading its control stream holds its sender in
+//   - An edge that stops reading its control stream holds its handler in
 //     Send once the stream's flow-control window is full; the stream then
 //     ends only when the edge's connection does, or at Shutdown's
 //     deadline.

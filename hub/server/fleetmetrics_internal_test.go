@@ -21,10 +21,15 @@ func (f listFleet) ListEdges(string) ([]*runnelv1.FleetEdge, error) { return f.e
 func (f listFleet) ListDeployments() []*runnelv1.Deployment         { return f.deps }
 
 // BenchmarkFleetGather is one scrape of the fleet's metrics: edges with a
-// status of 4 pipelines each, and 10 deployments.
+// status of 4 pipelines each, and 10 deployments; with the per-edge series
+// (metrics=always) and as EdgeMetricsAuto has it for the fleet's size.
 func BenchmarkFleetGather(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("edges=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n    int
+		mode EdgeMetrics
+	}{{1000, EdgeMetricsAlways}, {10000, EdgeMetricsAlways}, {10000, EdgeMetricsAuto}} {
+		n := c.n
+		b.Run(fmt.Sprintf("edges=%d/metrics=%s", n, c.mode), func(b *testing.B) {
 			f := listFleet{}
 			for i := range n {
 				st := &runnelv1.EdgeStatus{AppliedGeneration: 3, OutboxEntries: 10, OldestUnsentMs: 1500, DiskUsedBytes: 1 << 20, DiskCapBytes: 1 << 30, RecordsPerMin: 600}
@@ -38,7 +43,7 @@ func BenchmarkFleetGather(b *testing.B) {
 					Rollout: &runnelv1.RolloutStatus{Phase: "succeeded", Targeted: uint32(n)}})
 			}
 			reg := prometheus.NewRegistry()
-			reg.MustRegister(fleetCollector{fleet: f, log: slog.New(slog.DiscardHandler)})
+			reg.MustRegister(fleetCollector{fleet: f, mode: c.mode, log: slog.New(slog.DiscardHandler)})
 			b.ReportAllocs()
 			series := 0
 			for b.Loop() {

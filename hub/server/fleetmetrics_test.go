@@ -1,9 +1,12 @@
 package server_test
 
 import (
+	"cmp"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/runnel-io/runnel/hub/server"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
 
@@ -75,5 +78,71 @@ func TestNoFleetMetrics(t *testing.T) {
 	e := start(t, newFakeCore(testPipeline(t)), nil)
 	if _, body := e.get(t, "/metrics", ""); strings.Contains(body, "runnel_hub_fleet_") {
 		t.Error("fleet metrics without a fleet")
+	}
+}
+
+// TestFleetEdgeMetricsModes: FleetEdgeMetrics picks whether /metrics
+// carries the per-edge fleet series: auto (the default) while the fleet
+// has at most EdgeMetricsAutoMax edges, on always, off never; the
+// aggregate series are there in every mode, and
+// runnel_hub_fleet_per_edge_metrics says which it is.
+func TestFleetEdgeMetricsModes(t *testing.T) {
+	fleetOf := func(n int) *fakeFleet {
+		ff := newFakeFleet()
+		for i := range n {
+			ff.edges = append(ff.edges, &runnelv1.FleetEdge{EdgeId: fmt.Sprintf("gw-%05d", i), Connected: i%2 == 0, DesiredGeneration: 1,
+				Status: &runnelv1.EdgeStatus{AppliedGeneration: 1, RecordsPerMin: 60}})
+		}
+		ff.deps = []*runnelv1.Deployment{{Spec: &runnelv1.DeploymentSpec{Name: "temps"}, Version: 1,
+			Rollout: &runnelv1.RolloutStatus{Phase: "succeeded", Targeted: uint32(n), Applied: uint32(n)}}}
+		return ff
+	}
+	for _, tc := range []struct {
+		mode    server.EdgeMetrics
+		edges   int
+		perEdge bool
+	}{
+		{"", 2, true},
+		{server.EdgeMetricsAuto, server.EdgeMetricsAutoMax, true},
+		{server.EdgeMetricsAuto, server.EdgeMetricsAutoMax + 1, false},
+		{"", server.EdgeMetricsAutoMax + 1, false},
+		{server.EdgeMetricsAlways, server.EdgeMetricsAutoMax + 1, true},
+		{server.EdgeMetricsNever, 2, false},
+	} {
+		t.Run(fmt.Sprintf("%s/edges=%d", cmp.Or(tc.mode, "default"), tc.edges), func(t *testing.T) {
+			e := startFleet(t, fleetOf(tc.edges), func(c *server.Config) { c.FleetEdgeMetrics = tc.mode })
+			code, body := e.get(t, "/metrics", "")
+			if code != 200 {
+				t.Fatalf("metrics: %d", code)
+			}
+			for _, want := range []string{
+				fmt.Sprintf("runnel_hub_fleet_edges_registered %d", tc.edges),
+				fmt.Sprintf("runnel_hub_fleet_edges_connected %d", (tc.edges+1)/2),
+				fmt.Sprintf(`runnel_hub_fleet_deployment_applied{deployment="temps"} %d`, tc.edges),
+				fmt.Sprintf("runnel_hub_fleet_per_edge_metrics %d", map[bool]int{false: 0, true: 1}[tc.perEdge]),
+			} {
+				if !strings.Contains(body, want+"\n") {
+					t.Errorf("metrics miss %q", want)
+				}
+			}
+			want := 0
+			if tc.perEdge {
+				want = tc.edges
+			}
+			for _, series := range []string{"runnel_hub_fleet_edge_connected{", "runnel_hub_fleet_edge_applied_generation{", "runnel_hub_fleet_edge_records_per_minute{"} {
+				if got := strings.Count(body, "\n"+series); got != want {
+					t.Errorf("%d series %s…}, want %d", got, series, want)
+				}
+			}
+		})
+	}
+}
+
+// TestFleetEdgeMetricsRefused: an unknown FleetEdgeMetrics is refused by
+// New, naming the value and the ones it takes.
+func TestFleetEdgeMetricsRefused(t *testing.T) {
+	_, err := server.New(newFakeCore(testPipeline(t)), server.Config{Insecure: true, Fleet: newFakeFleet(), FleetEdgeMetrics: "yes"})
+	if err == nil || !strings.Contains(err.Error(), `fleet edge metrics "yes": use auto, always or never`) {
+		t.Errorf("New with FleetEdgeMetrics yes: %v", err)
 	}
 }

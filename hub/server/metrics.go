@@ -23,9 +23,9 @@ type metrics struct {
 
 // newMetrics registers the server's metrics, the core's (read from
 // core.Status at scrape time), the fleet's when there is one (read from
-// its edges and deployments at scrape time) and the health report's
-// gauge.
-func newMetrics(core Core, fleet FleetCore, report func() health.Report, log *slog.Logger) *metrics {
+// its edges and deployments at scrape time, per edge as edges says) and
+// the health report's gauge.
+func newMetrics(core Core, fleet FleetCore, edges EdgeMetrics, report func() health.Report, log *slog.Logger) *metrics {
 	m := &metrics{
 		reg:     prometheus.NewRegistry(),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_uplink_streams", Help: "Uplink Sync streams open."}),
@@ -37,7 +37,7 @@ func newMetrics(core Core, fleet FleetCore, report func() health.Report, log *sl
 		m.streams, m.sse, m.refused, coreCollector{core},
 		health.Collector("runnel_hub_health", "The hub's health per check (commit, refusals, parked, clock, epochs; node: the worst): 0 ok, 1 degraded, 2 failing.", nil, report))
 	if fleet != nil {
-		m.reg.MustRegister(m.control, fleetCollector{fleet: fleet, log: log})
+		m.reg.MustRegister(m.control, fleetCollector{fleet: fleet, mode: edges, log: log})
 	}
 	return m
 }

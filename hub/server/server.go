@@ -63,6 +63,9 @@ type Config struct {
 	// Control services; nil: both answer Unimplemented. The server never
 	// closes it: whoever opened it closes it after Shutdown returns.
 	Fleet FleetCore
+	// FleetEdgeMetrics says when /metrics has the fleet's per-edge series:
+	// EdgeMetricsAuto (the default, ""), EdgeMetricsAlways or EdgeMetricsNever.
+	FleetEdgeMetrics EdgeMetrics
 
 	Heartbeat time.Duration // SSE comment interval; default DefaultHeartbeat
 	Version   string        // reported by Health.Check
@@ -102,6 +105,9 @@ func New(core Core, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if err := cfg.FleetEdgeMetrics.check(); err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, core: core, fleet: cfg.Fleet, log: cfg.Logger, quit: make(chan struct{}), errc: make(chan error, 3)}
 	var err error
 	if s.tokens, err = newTokens(cfg.EdgeTokens, cfg.APIToken, cfg.Fleet, cfg.Logger); err != nil {
@@ -120,7 +126,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	case !cfg.Insecure:
 		return nil, errors.New("server: no TLS certificate and key; set them, or allow plaintext explicitly (insecure)")
 	}
-	s.metrics = newMetrics(core, cfg.Fleet, s.report, s.log)
+	s.metrics = newMetrics(core, cfg.Fleet, cfg.FleetEdgeMetrics, s.report, s.log)
 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsgSize),
