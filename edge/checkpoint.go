@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/runnel-io/runnel/edge/ingestlog"
@@ -49,10 +50,12 @@ type stagingSink struct {
 	p     *operators.Pipeline
 	rev   uint32 // the pipeline's revision (0: a local file's)
 	local bool   // its results are not for the hub (no hub output)
-	// ended: the revision ends at the next barrier (managed.go): every
-	// window fired, so its last marker is the end of time, which tells
-	// the hub that this edge holds back no window of that revision.
-	ended  bool
+	// endID is the barrier at which the revision ends (managed.go): every
+	// window fired before it, so its marker is the end of time, which
+	// tells the hub this edge holds back no window of that revision. Set
+	// by the pump before it injects that barrier; barriers still in
+	// flight have lower ids.
+	endID  atomic.Uint64
 	parts  chan<- ckptPart
 	groups int // the store's key groups: the opLog splits by them
 	staged []staged
@@ -87,7 +90,7 @@ func (s *stagingSink) Dead(d *operators.DeadLetter) error {
 func (s *stagingSink) Barrier(b *operators.Barrier) error {
 	part := ckptPart{id: b.ID, pipe: s.p.Name}
 	wm := b.Watermark
-	if s.ended {
+	if b.ID == s.endID.Load() {
 		wm = window.MaxTime
 	}
 	if wm > s.wm {

@@ -345,7 +345,6 @@ func (n *node) reconfigure(ctx context.Context, req applyReq, barrier func(*flee
 	pl := planFor(n.pipes, req.defs)
 	n.lg.Info("edge: applying the hub's pipeline set", "generation", req.set.GetGeneration(), "plan", pl.String())
 	for _, ps := range pl.end {
-		ps.sink.ended = true
 		if err := ps.rt.EndOfInput(); err != nil {
 			return nil, fmt.Errorf("edge: pipeline %s: end of input: %w", ps.p.Name, err)
 		}
@@ -354,7 +353,7 @@ func (n *node) reconfigure(ctx context.Context, req applyReq, barrier func(*flee
 	if err != nil {
 		return nil, err
 	}
-	fc := &fleetCommit{applied: set}
+	fc := &fleetCommit{applied: set, ending: pl.end}
 	for _, ps := range pl.end {
 		if !pl.carried[ps.p.Name] {
 			fc.drop = append(fc.drop, ps.p.Name)
@@ -414,6 +413,7 @@ type fleetState struct {
 // usual: the applied set, and the pipelines whose state goes.
 type fleetCommit struct {
 	applied []byte
+	ending  []*pipe // revisions that end at this barrier
 	drop    []string
 	done    chan error // the writer's verdict on the commit
 }

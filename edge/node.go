@@ -657,6 +657,11 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 	// reconfiguration returns once its checkpoint is committed.
 	barrierWith := func(fc *fleetCommit) error {
 		id++
+		if fc != nil {
+			for _, ps := range fc.ending {
+				ps.sink.endID.Store(id)
+			}
+		}
 		for _, ps := range n.pipes {
 			if err := ps.rt.Barrier(id); err != nil {
 				return err
