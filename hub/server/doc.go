@@ -99,7 +99,10 @@
 // file:line:col: field: message, one per line), ErrConflict →
 // FailedPrecondition, ErrExists → AlreadyExists, anything else →
 // Internal, logged. The metrics of the fleet (runnel_hub_fleet_*) are
-// computed at each scrape from ListEdges("") and ListDeployments().
+// computed at each scrape from ListEdges("") and ListDeployments(); the
+// per-edge series only as Config.FleetEdgeMetrics says (by default while
+// the fleet has at most EdgeMetricsAutoMax edges: beyond, a scrape would
+// take a large part of a second).
 //
 // # Invariants
 //

@@ -335,7 +335,7 @@ func scaleWaitFleet(tb testing.TB, h *scaleHub, d time.Duration, what string, ok
 	tb.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		resp, err := h.api.ListFleetEdges(ctx, &runnelv1.ListFleetEdgesRequest{})
 		cancel()
 		why := ""
@@ -431,7 +431,7 @@ func scaleWatchRollout(tb testing.TB, h *scaleHub, name string, version uint32, 
 	var steps []uint32
 	deadline := time.Now().Add(d)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		dep, err := h.api.GetDeployment(ctx, &runnelv1.GetDeploymentRequest{Name: name})
 		cancel()
 		if err != nil {
@@ -449,25 +449,54 @@ func scaleWatchRollout(tb testing.TB, h *scaleHub, name string, version uint32, 
 			return dep, steps
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("deployment %s v%d still %s at step %d after %s: %s", name, version, r.GetPhase(), r.GetStep(), d, r.GetMessage())
+			tb.Fatalf("deployment %s v%d still %s at step %d after %s (step started %s ago, healthy since %d): %s; edges behind:\n%s", name, version,
+				r.GetPhase(), r.GetStep(), d, time.Since(time.UnixMilli(r.GetStepStartedMs())).Round(time.Millisecond), r.GetHealthySinceMs(),
+				r.GetMessage(), scaleBehind(h))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
+// scaleBehind lists the edges whose status is not at their desired
+// generation, or has an error, with what they report: for failures.
+func scaleBehind(h *scaleHub) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := h.api.ListFleetEdges(ctx, &runnelv1.ListFleetEdgesRequest{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range resp.GetEdges() {
+		st := e.GetStatus()
+		running := true
+		for _, d := range e.GetDesired() {
+			running = running && slices.ContainsFunc(st.GetPipelines(), func(p *runnelv1.PipelineStatus) bool {
+				return p.GetName() == d.GetName() && p.GetRevision() == d.GetRevision() && p.GetState() == "running"
+			})
+		}
+		if st.GetAppliedGeneration() == e.GetDesiredGeneration() && st.GetApplyError() == "" && running {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s: desired %s generation %d, connected %v, last seen %s ago; status %v\n", e.GetEdgeId(), scaleRefs(e.GetDesired()),
+			e.GetDesiredGeneration(), e.GetConnected(), time.Since(time.UnixMilli(e.GetLastSeenMs())).Round(time.Millisecond), st)
+	}
+	return b.String()
+}
+
 // scaleCheckSteps checks, on the hub's records, that the steps got pipeline
-// name at revision rev in order: every edge of a step was handed it within
-// one moment (less than soak apart), and no edge of step k+1 before every
-// edge of step k reported it running and soak passed after the last of
-// those reports.
+// name at revision rev in order: every edge of a step was handed it before
+// soak passed after the first of them reported it running (one step, not
+// two), and no edge of step k+1 before every edge of step k reported it
+// running and soak passed after the last of those reports.
 func scaleCheckSteps(tb testing.TB, rec *scaleRecorder, steps [][]string, name string, rev uint32, since time.Time, soak time.Duration) {
 	tb.Helper()
 	ms := func(t time.Time) string { return fmt.Sprintf("+%dms", t.Sub(since).Milliseconds()) }
 	var prevRun time.Time // the last report of running of the step before
 	var prevLast string
 	for k, ids := range steps {
-		var first, last, run time.Time
-		var firstID, runID string
+		var first, last, run, firstRun time.Time
+		var firstID, lastID, runID string
 		for _, id := range ids {
 			g, ok := rec.firstGiven(id, func(g scaleGiven) bool { return g.pipes[name] == rev })
 			if !ok {
@@ -478,7 +507,7 @@ func scaleCheckSteps(tb testing.TB, rec *scaleRecorder, steps [][]string, name s
 				first, firstID = g.at, id
 			}
 			if g.at.After(last) {
-				last = g.at
+				last, lastID = g.at, id
 			}
 			r, ok := rec.firstRunning(id, g.gen, name, rev)
 			if !ok {
@@ -488,15 +517,19 @@ func scaleCheckSteps(tb testing.TB, rec *scaleRecorder, steps [][]string, name s
 			if r.After(run) {
 				run, runID = r, id
 			}
+			if firstRun.IsZero() || r.Before(firstRun) {
+				firstRun = r
+			}
 		}
 		if first.IsZero() {
 			continue
 		}
-		if last.Sub(first) >= soak {
-			tb.Errorf("step %d of %d edges was handed %s@%d from %s to %s: not one step", k, len(ids), name, rev, ms(first), ms(last))
-		}
 		// The fleet keeps times in whole milliseconds: its soak can end
 		// up to 1 ms early in real time.
+		if !firstRun.IsZero() && !last.Before(firstRun.Add(soak-time.Millisecond)) {
+			tb.Errorf("step %d of %d edges: edge %s was handed %s@%d at %s, a soak after the step's first report of it running (%s): not one step",
+				k, len(ids), lastID, name, rev, ms(last), ms(firstRun))
+		}
 		if k > 0 && first.Before(prevRun.Add(soak-time.Millisecond)) {
 			tb.Errorf("step %d: edge %s was handed %s@%d at %s, before step %d's last edge %s reported it running (%s) and soaked %s",
 				k, firstID, name, rev, ms(first), k-1, prevLast, ms(prevRun), soak)
@@ -577,7 +610,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	start := time.Now()
 	stop := scaleRunEdges(t, h, mosq.Addr(), filepath.Join(dir, "edges"), edges, 2*time.Second, 100*time.Millisecond)
 	defer stop()
-	scaleWaitFleet(t, h, 30*time.Second, "all edges connected", scaleAllConnected(n))
+	scaleWaitFleet(t, h, 2*time.Minute, "all edges connected", scaleAllConnected(n))
 	t.Logf("%d edges connected with a status in %s", n, time.Since(start).Round(time.Millisecond))
 
 	ctx := context.Background()
@@ -607,13 +640,15 @@ func TestFleetRolloutAtScale(t *testing.T) {
 		t.Fatalf("deployment v%d: %d steps of %d targets, want v1: %d steps of %d", dep.GetVersion(), dep.GetRollout().GetSteps(),
 			dep.GetRollout().GetTargeted(), len(steps), len(targets))
 	}
-	dep, seen := scaleWatchRollout(t, h, "temps", 1, 30*time.Second)
+	dep, seen := scaleWatchRollout(t, h, "temps", 1, time.Minute)
 	r := dep.GetRollout()
 	if r.GetPhase() != "succeeded" || r.GetApplied() != uint32(len(targets)) || r.GetFailed() != 0 {
 		t.Fatalf("rollout 1: %s, %d applied, %d failed of %d: %s", r.GetPhase(), r.GetApplied(), r.GetFailed(), len(targets), r.GetMessage())
 	}
-	if !slices.IsSorted(seen) || len(seen) == 0 || seen[len(seen)-1] != uint32(len(steps)-1) {
-		t.Errorf("steps seen through GetDeployment: %v, want increasing to %d", seen, len(steps)-1)
+	// Polls can miss a short step on a loaded machine; the records
+	// below see every one.
+	if !slices.IsSorted(seen) || len(seen) == 0 || seen[len(seen)-1] >= uint32(len(steps)) {
+		t.Errorf("steps seen through GetDeployment: %v, want increasing up to %d", seen, len(steps)-1)
 	}
 	t.Logf("rollout 1 succeeded in %s; GetDeployment showed steps %v", time.Since(t1).Round(time.Millisecond), seen)
 	scaleCheckSteps(t, h.rec, steps, "temps", 1, t1, soak)
@@ -642,7 +677,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 			}
 		}
 	}
-	after1 := byID(scaleWaitFleet(t, h, 10*time.Second, "targets running temps@1", func(es []*runnelv1.FleetEdge) string {
+	after1 := byID(scaleWaitFleet(t, h, 30*time.Second, "targets running temps@1", func(es []*runnelv1.FleetEdge) string {
 		for _, e := range es {
 			if isTarget[e.GetEdgeId()] && (scaleRefs(e.GetDesired()) != "temps@1" || e.GetStatus().GetAppliedGeneration() != e.GetDesiredGeneration()) {
 				return fmt.Sprintf("edge %s: desired %s generation %d, applied %d", e.GetEdgeId(), scaleRefs(e.GetDesired()), e.GetDesiredGeneration(), e.GetStatus().GetAppliedGeneration())
@@ -665,7 +700,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 		Selector: scaleSelector, Pipelines: []*runnelv1.PipelineRef{{Name: "temps"}, {Name: "extra"}}, Strategy: strategy}}); err != nil {
 		t.Fatal(err)
 	}
-	dep, _ = scaleWatchRollout(t, h, "temps", 2, 30*time.Second)
+	dep, _ = scaleWatchRollout(t, h, "temps", 2, time.Minute)
 	r = dep.GetRollout()
 	t.Logf("rollout 2 ended in %s: %s at step %d, rolled back %v: %s", time.Since(t2).Round(time.Millisecond), r.GetPhase(), r.GetStep(), r.GetRolledBack(), r.GetMessage())
 	if r.GetPhase() != "failed" || r.GetStep() != 0 || !r.GetRolledBack() || !slices.Equal(r.GetFailedEdges(), targets[:1]) ||
@@ -675,7 +710,7 @@ func TestFleetRolloutAtScale(t *testing.T) {
 	}
 	// Every target runs revision 1 again at the generation the hub gave
 	// it: the canaries were handed revision 1 back, the rest never changed.
-	after2 := byID(scaleWaitFleet(t, h, 15*time.Second, "targets back on temps@1", func(es []*runnelv1.FleetEdge) string {
+	after2 := byID(scaleWaitFleet(t, h, 30*time.Second, "targets back on temps@1", func(es []*runnelv1.FleetEdge) string {
 		for _, e := range es {
 			st := e.GetStatus()
 			if !isTarget[e.GetEdgeId()] {
