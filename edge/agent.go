@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"runtime"
@@ -140,7 +141,7 @@ func (n *node) agentSession(ctx context.Context, conn *grpc.ClientConn) (progres
 	n.agent.mu.Lock()
 	n.agent.connected, n.agent.lastErr, n.agent.since = true, "", time.Now()
 	n.agent.mu.Unlock()
-	interval := cmpOr(fc.StatusInterval, DefaultStatusInterval)
+	interval := cmp.Or(fc.StatusInterval, DefaultStatusInterval)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	send := func() error {
@@ -165,13 +166,6 @@ func (n *node) agentSession(ctx context.Context, conn *grpc.ClientConn) (progres
 			return progressed, nil
 		}
 	}
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }
 
 // applyDesired validates and compiles a desired set and has the pump switch

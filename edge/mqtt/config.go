@@ -108,6 +108,28 @@ type Subscription struct {
 	QoS    byte // 0, 1 or 2; QoS 1 is what the edge is designed for
 }
 
+// checkTopics reports every problem of a topic list, as Validate does.
+func checkTopics(topics []Subscription) []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("mqtt: "+format+": %w", append(args, ErrInvalidConfig)...))
+	}
+	seen := make(map[string]int, len(topics))
+	for i, t := range topics {
+		if problem := checkFilter(t.Filter); problem != "" {
+			bad("topics[%d]: %s", i, problem)
+		}
+		if t.QoS > 2 {
+			bad("topics[%d] %q: qos %d, want 0, 1 or 2", i, t.Filter, t.QoS)
+		}
+		if j, dup := seen[t.Filter]; dup {
+			bad("topics[%d] %q: same filter as topics[%d]", i, t.Filter, j)
+		}
+		seen[t.Filter] = i
+	}
+	return errs
+}
+
 // Validate reports every problem with c at once (errors.Join), each naming
 // the field and wrapping ErrInvalidConfig. It checks values only; files
 // named by TLS are read by Start.
@@ -141,19 +163,7 @@ func (c *Config) Validate() error {
 	if !utf8.ValidString(c.Username) {
 		bad("username: not valid UTF-8")
 	}
-	seen := make(map[string]int, len(c.Topics))
-	for i, t := range c.Topics {
-		if problem := checkFilter(t.Filter); problem != "" {
-			bad("topics[%d]: %s", i, problem)
-		}
-		if t.QoS > 2 {
-			bad("topics[%d] %q: qos %d, want 0, 1 or 2", i, t.Filter, t.QoS)
-		}
-		if j, dup := seen[t.Filter]; dup {
-			bad("topics[%d] %q: same filter as topics[%d]", i, t.Filter, j)
-		}
-		seen[t.Filter] = i
-	}
+	errs = append(errs, checkTopics(c.Topics)...)
 	if t := c.TLS; t != nil {
 		if (t.CertFile == "") != (t.KeyFile == "") {
 			bad("tls: cert_file %q and key_file %q: give both or neither", t.CertFile, t.KeyFile)

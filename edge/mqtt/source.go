@@ -346,9 +346,8 @@ func (s *Source) topicList() []Subscription {
 // connection subscribes again); the list is replaced either way. Removed
 // filters stay in a broker session the source does not connect to again.
 func (s *Source) SetTopics(ctx context.Context, topics []Subscription) error {
-	c := Config{Brokers: []string{"mqtt://localhost:1883"}, ClientID: "x", Topics: topics}
-	if err := c.Validate(); err != nil {
-		return err
+	if errs := checkTopics(topics); len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	topics = slices.Clone(topics)
 	s.mu.Lock()
