@@ -20,7 +20,9 @@ type keys struct {
 	AccessKeyID, SecretAccessKey, SessionToken string
 }
 
-func (k keys) String() string { return fmt.Sprintf("{AccessKeyID:%q SecretAccessKey:REDACTED}", k.AccessKeyID) }
+func (k keys) String() string {
+	return fmt.Sprintf("{AccessKeyID:%q SecretAccessKey:REDACTED}", k.AccessKeyID)
+}
 
 // readCredentialsFile reads and parses a credentials file (see
 // parseCredentials).

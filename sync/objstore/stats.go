@@ -160,10 +160,10 @@ func NewCollector(namespace string, constLabels prometheus.Labels, stats func() 
 }
 
 type collector struct {
-	stats                                                  func() Stats
-	now                                                    func() time.Time
+	stats                                           func() Stats
+	now                                             func() time.Time
 	upBytes, upObjects, downBytes, retries, resumed *prometheus.Desc
-	failures, inflight, pending, oldest                    *prometheus.Desc
+	failures, inflight, pending, oldest             *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
