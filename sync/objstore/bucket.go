@@ -604,10 +604,16 @@ func (r *objectReader) resume(cause error) error {
 		return &Error{Op: "get", Bucket: b.bucket, Key: r.full, Cause: CauseOther, Err: err}
 	}
 	var body io.ReadCloser
+	var info minio.ObjectInfo
 	err := b.retry(r.ctx, "get", r.full, func(ctx context.Context) (err error) {
-		body, _, _, err = b.core.GetObject(ctx, b.bucket, r.full, opts)
+		body, info, _, err = b.core.GetObject(ctx, b.bucket, r.full, opts)
 		return err
 	})
+	if err == nil && strings.Trim(info.ETag, `"`) != r.etag {
+		// A server that ignores If-Match: the ETag tells all the same.
+		body.Close()
+		err = &Error{Op: "get", Bucket: b.bucket, Key: r.full, Cause: CauseExists}
+	}
 	if err != nil {
 		e := err.(*Error)
 		if e.Cause == CauseExists { // 412: the ETag no longer matches
