@@ -207,7 +207,9 @@ func TestNeverOverwriteRace(t *testing.T) {
 		{"Put", func(key string) error {
 			return b.Put(context.Background(), key, onlyReader{bytes.NewReader(randBytes(11, 11<<20))}, -1)
 		}},
-		{"PutFile", func(key string) error { return b.PutFile(context.Background(), key, writeFile(t, randBytes(12, 11<<20))) }},
+		{"PutFile", func(key string) error {
+			return b.PutFile(context.Background(), key, writeFile(t, randBytes(12, 11<<20)))
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			key := "race-" + c.name
