@@ -65,6 +65,7 @@ const (
 	reset               // close the connection without forwarding
 	dropResponse        // forward, then close the connection instead of answering
 	cutBody             // forward, answer with the headers and half the body, close
+	stall               // read the request, never answer (until the client hangs up)
 )
 
 // faultProxy forwards S3 requests to a server, doing to each what script
@@ -164,6 +165,10 @@ func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case reset:
 		hangUp()
+		return
+	case stall:
+		io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
 		return
 	}
 	out := r.Clone(r.Context())
@@ -404,6 +409,30 @@ func TestMultipartPutAbortsOnFailure(t *testing.T) {
 	}
 	if got := p.count("DELETE uploads"); got != 1 {
 		t.Fatalf("%d aborts, want 1", got)
+	}
+}
+
+// A server that takes a request and never answers: the idle timeout
+// fails the request, and the retry gets through.
+func TestIdleTimeout(t *testing.T) {
+	b, p, clock := fakeBehind(t, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	p.setScript(func(kind string, r *http.Request, n int) action {
+		if r.Method == http.MethodPut && n < 2 {
+			return stall
+		}
+		return pass
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := b.Put(ctx, "k", strings.NewReader("data"), 4); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if d := time.Since(start); d < 600*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("two stalls of a 300 ms idle timeout took %v", d)
+	}
+	if len(clock.waits()) != 2 || p.count("PUT object") != 3 {
+		t.Fatalf("waits %v, PUTs %d", clock.waits(), p.count("PUT object"))
 	}
 }
 

@@ -143,8 +143,10 @@ func TestToxiBandwidthDeadline(t *testing.T) {
 	}
 }
 
-// A link that stops moving bytes without closing: the idle timeout fails
-// the request, the retry gets through once the link is back.
+// A link that drops every byte from the server for 1.5 s (toxiproxy's
+// timeout toxic; versitygw hangs up on the requests it cannot answer):
+// retried until the link is back. TestIdleTimeout covers a server that
+// holds the connection open without answering.
 func TestToxiStall(t *testing.T) {
 	b, proxy, _ := toxiBucket(t, func(c *Config) { c.IdleTimeout, c.Attempts = 400*time.Millisecond, 20 })
 	addToxic(t, proxy, `{"name":"stall","type":"timeout","stream":"downstream","attributes":{"timeout":0}}`)
