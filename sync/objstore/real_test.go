@@ -443,6 +443,17 @@ func TestCredentialSources(t *testing.T) {
 	b.Close()
 }
 
+// Without a region, minio-go asks the server for the bucket's.
+func TestNoRegion(t *testing.T) {
+	b, _ := openVersity(t, func(c *Config) { c.Region = "" })
+	if err := b.Put(context.Background(), "k", strings.NewReader("x"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, b, "k"); string(got) != "x" {
+		t.Fatalf("get: %q", got)
+	}
+}
+
 func TestAbortUploads(t *testing.T) {
 	b, srv := openVersity(t, nil)
 	clock := newFakeClock()
