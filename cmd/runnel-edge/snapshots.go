@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"text/tabwriter"
@@ -34,7 +35,8 @@ func restore(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res, err := edge.Restore(ctx, edge.RestoreConfig{Store: st, EdgeID: edgeID, Checkpoint: id, DataDir: *dir, Force: *force})
+	lg := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	res, err := edge.Restore(ctx, edge.RestoreConfig{Store: st, EdgeID: edgeID, Checkpoint: id, DataDir: *dir, Force: *force, Logger: lg})
 	if err != nil {
 		return err
 	}
