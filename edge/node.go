@@ -132,6 +132,7 @@ type node struct {
 	ckptReqs chan ckptReq
 	snapReqs chan snapReq
 	snap     snapStats
+	snapIdle float64 // the snapshot copy's pauses per unit of work (snapshot.go)
 
 	// The pipelines as other goroutines see them (publishPipes), the
 	// pump's reconfiguration requests (managed.go), and the agent's view
@@ -211,7 +212,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*max(len(cfg.Pipelines), 4)), closing: make(chan struct{}), applyReqs: make(chan applyReq),
 		grew: make(chan struct{}), writeReqs: make(chan writeReq), writerDone: make(chan struct{}),
-		ckptReqs: make(chan ckptReq), snapReqs: make(chan snapReq)}
+		ckptReqs: make(chan ckptReq), snapReqs: make(chan snapReq), snapIdle: defaultSnapIdle}
 	n.acks.src = &n.status.src
 	n.started = time.Now()
 	n.pumpSeen.at = n.started

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,6 +42,9 @@ type SnapshotConfig struct {
 	// Version is the runnel version written in each manifest.
 	Version string
 }
+
+// defaultSnapIdle: the snapshot copy pauses as long as it works.
+const defaultSnapIdle = 1.0
 
 // snapshotTmp is the data object being written, in the data directory.
 const snapshotTmp = "snapshot.tmp"
@@ -222,7 +226,8 @@ func (n *node) uploadSnapshot(ctx context.Context, cfg *SnapshotConfig, force bo
 		}
 		defer f.Close()
 		w := bufio.NewWriterSize(f, 1<<20)
-		sums, err := checkpoint.WriteData(w, &checkpoint.Header{EdgeID: m.EdgeID, Checkpoint: m.Checkpoint, Epoch: m.Epoch, StateSize: tx.Size()}, tx)
+		src := pacedState{tx: tx, idle: n.snapIdle}
+		sums, err := checkpoint.WriteData(w, &checkpoint.Header{EdgeID: m.EdgeID, Checkpoint: m.Checkpoint, Epoch: m.Epoch, StateSize: tx.Size()}, src)
 		if err != nil {
 			return err
 		}
@@ -342,4 +347,42 @@ type snapshotJSON struct {
 	StateBytes int64     `json:"state_bytes"`
 	DataBytes  int64     `json:"data_bytes"`
 	Key        string    `json:"manifest_key"`
+}
+
+// pacedState writes the state file as tx sees it, pausing after every
+// paceStep bytes (about a quarter of a millisecond's work) for as long as
+// writing and compressing them took: the snapshot works at most half the
+// time on its core, in short bursts, so that the ingest path's goroutines
+// (and the broker, on a gateway's few cores) are not kept waiting behind
+// it.
+type pacedState struct {
+	tx   *state.Tx
+	idle float64 // pause / work; 0: no pauses
+}
+
+const paceStep = 64 << 10
+
+func (p pacedState) WriteTo(w io.Writer) (int64, error) {
+	if p.idle <= 0 {
+		return p.tx.WriteTo(w)
+	}
+	return p.tx.WriteTo(&pacer{w: w, idle: p.idle, since: time.Now()})
+}
+
+type pacer struct {
+	w     io.Writer
+	idle  float64
+	n     int
+	since time.Time
+}
+
+func (p *pacer) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if p.n += n; p.n >= paceStep {
+		p.n = 0
+		busy := time.Since(p.since)
+		time.Sleep(time.Duration(float64(busy) * p.idle))
+		p.since = time.Now()
+	}
+	return n, err
 }
