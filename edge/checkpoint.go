@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/state"
@@ -33,13 +34,16 @@ type ckptPart struct {
 	fed   uint64       // isPos: messages the pump fed the pipelines since the node started
 	pipes int          // isPos: how many pipelines send a part of this checkpoint
 	fleet *fleetCommit // isPos: a reconfiguration commits with it (managed.go)
-	pipe  string
-	out   [][]byte // outbox entries, in emission order
-	late  [][]byte // late records, JSON
-	dead  [][]byte // dead letters, JSON
-	ops   *opLog   // state changes since the previous checkpoint
-	wm    int64    // the pipeline's watermark at the barrier, when advanced
-	hasWM bool
+	// notify (isPos), when set, gets the commit's outcome: a snapshot
+	// on demand waits for it (snapshot.go).
+	notify chan<- error
+	pipe   string
+	out    [][]byte // outbox entries, in emission order
+	late   [][]byte // late records, JSON
+	dead   [][]byte // dead letters, JSON
+	ops    *opLog   // state changes since the previous checkpoint
+	wm     int64    // the pipeline's watermark at the barrier, when advanced
+	hasWM  bool
 }
 
 // stagingSink keeps outputs until the checkpoint that covers them: window
@@ -257,7 +261,7 @@ func DecodeOutbox(seq uint64, b []byte) (OutboxEntry, error) {
 // writer commits checkpoints as their parts arrive, in id order.
 func (n *node) writer(ctx context.Context) error {
 	defer close(n.writerDone)
-	pending := map[uint64][]ckptPart{}
+	var pending checkpoint.Parts[ckptPart]
 	for {
 		var part ckptPart
 		select {
@@ -270,24 +274,23 @@ func (n *node) writer(ctx context.Context) error {
 			}
 			part = p
 		}
-		pending[part.id] = append(pending[part.id], part)
 		// The pump's part says how many pipelines send one: the set
 		// changes at reconfiguring checkpoints.
 		need := -1
-		for _, p := range pending[part.id] {
-			if p.isPos {
-				need = p.pipes + 1
-			}
+		if part.isPos {
+			need = part.pipes + 1
 		}
-		if need < 0 || len(pending[part.id]) < need {
+		parts, ok := pending.Add(part.id, part, need)
+		if !ok {
 			continue
 		}
-		parts := pending[part.id]
-		delete(pending, part.id)
 		err := n.commit(part.id, parts)
 		for _, p := range parts {
 			if p.fleet != nil {
 				p.fleet.done <- err
+			}
+			if p.notify != nil {
+				p.notify <- err
 			}
 		}
 		if err != nil {
@@ -298,7 +301,7 @@ func (n *node) writer(ctx context.Context) error {
 
 func (n *node) commit(id uint64, parts []ckptPart) error {
 	began := time.Now()
-	c := checkpoint{ID: id, NextSeq: n.last.NextSeq}
+	c := checkpoint.Meta{ID: id, NextSeq: n.last.NextSeq}
 	entries := 0
 	var fed uint64
 	var sideN uint32
@@ -327,7 +330,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		}
 		for _, p := range parts {
 			if p.isPos {
-				c.Pos, fed, fc = p.pos, p.fed, p.fleet
+				c.LogPos, fed, fc = uint64(p.pos), p.fed, p.fleet
 				continue
 			}
 			ps := n.pipe(p.pipe)
@@ -373,11 +376,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		if freed, err = n.deleteAcked(tx, outbox); err != nil {
 			return err
 		}
-		meta, err := tx.Bucket(bucketCheckpoint)
-		if err != nil {
-			return err
-		}
-		return meta.Put([]byte("last"), c.encode())
+		return checkpoint.StoreMeta(tx, c)
 	})
 	if err != nil {
 		for i, ps := range n.pipes {
@@ -413,15 +412,15 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	// Segments go once the checkpoint before this one covers them: bbolt
 	// opens the previous commit when the newest meta page is damaged, and
 	// that checkpoint must still find its log.
-	if err := n.log.DeleteBefore(prev.Pos); err != nil {
-		n.lg.Warn("edge: delete ingest log segments", "before", prev.Pos, "err", err)
+	if err := n.log.DeleteBefore(ingestlog.Position(prev.LogPos)); err != nil {
+		n.lg.Warn("edge: delete ingest log segments", "before", prev.LogPos, "err", err)
 	}
 	// What this checkpoint read of the file stays mapped otherwise, and the
 	// resident set would grow with the file (see state.Store.ReleasePages).
 	if err := n.store.ReleasePages(); err != nil {
 		n.lg.Warn("edge: release state file pages", "err", err)
 	}
-	n.lg.Debug("edge: checkpoint", "id", id, "pos", c.Pos, "messages", fed, "outbox_entries", entries)
+	n.lg.Debug("edge: checkpoint", "id", id, "pos", c.LogPos, "messages", fed, "outbox_entries", entries)
 	return nil
 }
 

@@ -128,6 +128,9 @@ func (n *node) health(now time.Time) health.Report {
 	if n.cfg.Fleet != nil {
 		n.agentCheck(now, add)
 	}
+	if n.cfg.Snapshots != nil {
+		n.snapshotCheck(now, add)
+	}
 	return health.NewReport(checks)
 }
 

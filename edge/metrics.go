@@ -139,10 +139,31 @@ func (n *node) registry() *prometheus.Registry {
 		}
 		return 0
 	})
+	if n.cfg.Snapshots != nil {
+		n.snapshotMetrics(gauge, counter)
+	}
 	return reg
 }
 
-// serveHTTP serves /metrics and /healthz on addr until ctx is done.
+// snapshotMetrics registers the snapshots' series.
+func (n *node) snapshotMetrics(gauge, counter func(name, help string, f func() float64)) {
+	st := &n.snap
+	counter("runnel_edge_snapshots_total", "Snapshots uploaded complete (data object and manifest).", func() float64 { return float64(st.taken.Load()) })
+	counter("runnel_edge_snapshot_failures_total", "Snapshots that failed (the state copy, or the upload).", func() float64 { return float64(st.failed.Load()) })
+	gauge("runnel_edge_snapshot_age_seconds", "Age of the last complete snapshot (before the first: the time since the node started).", func() float64 {
+		return n.snapshotAge(time.Now()).Seconds()
+	})
+	gauge("runnel_edge_snapshot_checkpoint", "Checkpoint id of the last complete snapshot.", func() float64 { return float64(st.lastID.Load()) })
+	gauge("runnel_edge_snapshot_bytes", "Bytes of the last complete snapshot's data object (compressed).", func() float64 { return float64(st.lastDataBytes.Load()) })
+	gauge("runnel_edge_snapshot_state_bytes", "Bytes of the state file in the last complete snapshot (uncompressed).", func() float64 { return float64(st.lastStateBytes.Load()) })
+	counter("runnel_edge_snapshot_uploaded_bytes_total", "Bytes of complete snapshots' data objects uploaded.", func() float64 { return float64(st.uploadedBytes.Load()) })
+	gauge("runnel_edge_snapshot_duration_seconds", "How long the last complete snapshot took (checkpoint on demand, copy, upload).", func() float64 {
+		return time.Duration(st.lastNanos.Load()).Seconds()
+	})
+}
+
+// serveHTTP serves /metrics, /healthz and POST /admin/snapshot on addr
+// until ctx is done.
 func (n *node) serveHTTP(ctx context.Context, addr string) (func(), error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.registry(), promhttp.HandlerOpts{}))
@@ -151,6 +172,7 @@ func (n *node) serveHTTP(ctx context.Context, addr string) (func(), error) {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.Handle("/healthz", health.Handler(func() health.Report { return n.health(time.Now()) }))
+	mux.HandleFunc("/admin/snapshot", n.serveSnapshot)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("edge: http: %w", err)

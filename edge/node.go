@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/edge/broker"
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
@@ -55,6 +56,10 @@ type NodeConfig struct {
 	// Uplink, when set, drains the committed outbox to a hub (EdgeID is
 	// the node's). Nil: the outbox only grows (up to the disk cap).
 	Uplink *uplink.Config
+	// Snapshots, when set, uploads snapshots of the state file to a
+	// store (snapshot.go); `runnel-edge restore` rebuilds a data
+	// directory from one (restore.go).
+	Snapshots *SnapshotConfig
 	// Fleet, with Uplink set, turns on the edge agent: the node also runs
 	// the pipeline revisions the hub deploys to it, and may start with no
 	// pipelines of its own (agent.go, managed.go).
@@ -94,7 +99,7 @@ type node struct {
 	store *state.Store
 	pipes []*pipe
 	acks  ackQueue
-	last  checkpoint
+	last  checkpoint.Meta // the last committed checkpoint
 
 	status  status
 	side    sideStats     // side.go
@@ -108,9 +113,10 @@ type node struct {
 	// after the last message they go on (the pipelines' idle horizon).
 	lastClock, lastMessage atomic.Int64
 	idleHorizon            atomic.Int64
-	maxRecord              int           // the ingest log's record limit
-	fed                    uint64        // pump only: messages fed to the pipelines (for the checkpoint's log line)
-	closing                chan struct{} // closed when the node starts to stop
+	maxRecord              int                  // the ingest log's record limit
+	fed                    uint64               // pump only: messages fed to the pipelines (for the checkpoint's log line)
+	onFeed                 func(payload []byte) // benchmarks only: called by the pump with each message it fed
+	closing                chan struct{}        // closed when the node starts to stop
 
 	// pumpPos is one past the last log record the pump fed; pumpSeen is
 	// where health last saw it move (health.go); uplinkAckAt is when the
@@ -121,6 +127,12 @@ type node struct {
 	started     time.Time
 
 	parts chan ckptPart
+	// ckptReqs asks the pump for a checkpoint now; snapReqs the
+	// snapshotter for a snapshot (snapshot.go).
+	ckptReqs chan ckptReq
+	snapReqs chan snapReq
+	snap     snapStats
+	snapIdle float64 // the snapshot copy's pauses per unit of work (snapshot.go)
 
 	// The pipelines as other goroutines see them (publishPipes), the
 	// pump's reconfiguration requests (managed.go), and the agent's view
@@ -156,49 +168,11 @@ type pipe struct {
 	mqtt  []spec.Output
 }
 
-// checkpoint is the metadata of the last committed checkpoint.
-type checkpoint struct {
-	ID      uint64
-	Pos     ingestlog.Position // the first log record it does not cover
-	NextSeq uint64             // sequence number of the next outbox entry
-}
-
 const (
-	bucketCheckpoint = "checkpoint"
-	bucketOutbox     = "outbox"
-	bucketLate       = "late"
-	bucketDead       = "deadletter"
+	bucketOutbox = "outbox"
+	bucketLate   = "late"
+	bucketDead   = "deadletter"
 )
-
-// Checkpoint metadata version 2: the pipelines' operator state is in
-// op records and bases (opstate.go). Version 1 went with state's layout
-// version 1 (operator state in namespaces), which state.Open refuses.
-const checkpointVersion = 2
-
-func (c checkpoint) encode() []byte {
-	b := []byte{checkpointVersion}
-	b = binary.AppendUvarint(b, c.ID)
-	b = binary.AppendUvarint(b, uint64(c.Pos))
-	return binary.AppendUvarint(b, c.NextSeq)
-}
-
-func decodeCheckpoint(b []byte) (checkpoint, error) {
-	var c checkpoint
-	switch {
-	case len(b) == 0 || b[0] != checkpointVersion:
-		return c, fmt.Errorf("edge: checkpoint metadata: unknown version")
-	}
-	b = b[1:]
-	var vs [3]uint64
-	for i := range vs {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return c, fmt.Errorf("edge: checkpoint metadata: truncated")
-		}
-		vs[i], b = v, b[n:]
-	}
-	return checkpoint{ID: vs[0], Pos: ingestlog.Position(vs[1]), NextSeq: vs[2]}, nil
-}
 
 // mmapBytes is the address space the state file is mapped with at first:
 // growing the mapping during a large checkpoint made bbolt copy the whole
@@ -237,7 +211,8 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		return nil, err
 	}
 	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*max(len(cfg.Pipelines), 4)), closing: make(chan struct{}), applyReqs: make(chan applyReq),
-		grew: make(chan struct{}), writeReqs: make(chan writeReq), writerDone: make(chan struct{})}
+		grew: make(chan struct{}), writeReqs: make(chan writeReq), writerDone: make(chan struct{}),
+		ckptReqs: make(chan ckptReq), snapReqs: make(chan snapReq), snapIdle: defaultSnapIdle}
 	n.acks.src = &n.status.src
 	n.started = time.Now()
 	n.pumpSeen.at = n.started
@@ -253,23 +228,23 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	n.store = st
 	defer func() { n.lastSeq.Store(n.last.NextSeq) }()
+	// A snapshot's data object that a crash left half written.
+	if err := os.Remove(filepath.Join(cfg.DataDir, snapshotTmp)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		lg.Warn("edge: remove a snapshot's temporary file", "err", err)
+	}
 	err = st.View(func(tx *state.Tx) error {
-		b, err := tx.Bucket(bucketCheckpoint)
-		if err != nil {
-			return err
-		}
 		epoch, published, err := loadUplinkState(tx)
 		if err != nil {
 			return err
 		}
 		n.epoch.Store(epoch)
 		n.published.Store(published)
-		v, err := b.Get([]byte("last"))
-		if err != nil || v == nil {
-			n.last.NextSeq = 1 // sequence numbers start at 1: an ack of 0 is none
+		if err := checkRestored(tx, cfg.EdgeID, lg); err != nil {
 			return err
 		}
-		if n.last, err = decodeCheckpoint(v); err != nil {
+		var ok bool
+		if n.last, ok, err = checkpoint.LoadMeta(tx); err != nil || !ok {
+			n.last.NextSeq = 1 // sequence numbers start at 1: an ack of 0 is none
 			return err
 		}
 		ob, err := tx.Bucket(bucketOutbox)
@@ -308,11 +283,11 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	// the checkpoint does cover, and new messages would take their
 	// positions and be skipped on the next start. Either way the two files
 	// do not belong together (a restored or damaged one): refuse.
-	if n.last.Pos < l.First() || n.last.Pos > rec.End {
+	if last := ingestlog.Position(n.last.LogPos); last < l.First() || last > rec.End {
 		l.Close(ctx)
 		st.Close()
 		return nil, fmt.Errorf("edge: %s (checkpoint %d) needs ingest log position %d, but %s holds positions %d to %d: the files do not belong together",
-			filepath.Join(cfg.DataDir, "state.db"), n.last.ID, n.last.Pos, filepath.Join(cfg.DataDir, "log"), l.First(), rec.End)
+			filepath.Join(cfg.DataDir, "state.db"), n.last.ID, n.last.LogPos, filepath.Join(cfg.DataDir, "log"), l.First(), rec.End)
 	}
 	defs, err := n.pipeDefs()
 	if err != nil {
@@ -352,7 +327,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 			}
 		}
 	}
-	lg.Info("edge: opened", "edge", cfg.EdgeID, "checkpoint", n.last.ID, "replay_from", n.last.Pos,
+	lg.Info("edge: opened", "edge", cfg.EdgeID, "checkpoint", n.last.ID, "replay_from", n.last.LogPos,
 		"log_end", rec.End, "pipelines", len(n.pipes))
 	return n, nil
 }
@@ -423,8 +398,27 @@ func (n *node) run(ctx context.Context) error {
 		n.status.pumpAlive.Store(false)
 		pumpDone <- err
 	}()
+	// The snapshotter stops as the node starts to stop: an upload in
+	// progress is cut short (a later Prune deletes its data object) rather
+	// than hold up the drain.
+	snapCtx, stopSnap := context.WithCancel(context.WithoutCancel(ctx))
+	snapDone := make(chan struct{})
+	if cfg.Snapshots != nil {
+		go func() {
+			defer close(snapDone)
+			n.runSnapshots(snapCtx)
+		}()
+	} else {
+		close(snapDone)
+	}
+	stopSnapshots := func() {
+		stopSnap()
+		<-snapDone
+	}
+	defer stopSnapshots()
 	// abort undoes the start when a later step fails.
 	abort := func(err error) error {
+		stopSnapshots()
 		stopReaders()
 		close(drain)
 		<-pumpDone
@@ -485,6 +479,7 @@ func (n *node) run(ctx context.Context) error {
 	// last checkpoint, and stop.
 	shut := context.Background()
 	close(n.closing)
+	stopSnapshots()
 	if err := src.Close(shut); err != nil {
 		n.lg.Warn("edge: mqtt source close", "err", err)
 	}
@@ -643,13 +638,13 @@ const sideQueueLen = 1024
 // restart and live ingestion are the same loop. It returns after drain is
 // closed and everything durable has been read.
 func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
-	rd, err := n.log.NewReader(n.last.Pos)
+	rd, err := n.log.NewReader(ingestlog.Position(n.last.LogPos))
 	if err != nil {
 		return err
 	}
 	defer rd.Close()
-	n.pumpPos.Store(uint64(n.last.Pos))
-	next := n.last.Pos
+	n.pumpPos.Store(n.last.LogPos)
+	next := ingestlog.Position(n.last.LogPos)
 	id := n.last.ID
 	tick := time.NewTicker(n.cfg.CheckpointInterval)
 	defer tick.Stop()
@@ -686,6 +681,24 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		}
 	}
 	barrier := func() error { return barrierWith(nil) }
+	// checkpointNow injects a barrier for a snapshot on demand: the
+	// writer tells the requester when its checkpoint is committed, the
+	// pump goes on at once.
+	checkpointNow := func(req ckptReq) error {
+		id++
+		for _, ps := range n.pipes {
+			if err := ps.rt.Barrier(id); err != nil {
+				return err
+			}
+		}
+		select {
+		case n.parts <- ckptPart{id: id, pos: next, isPos: true, fed: n.fed, pipes: len(n.pipes), notify: req.done}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		req.id <- id
+		return nil
+	}
 	reconfigure := func(req applyReq) error {
 		report, fatal := n.reconfigure(ctx, req, barrierWith)
 		req.done <- errors.Join(report, fatal)
@@ -709,6 +722,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 				}
 			case req := <-n.applyReqs:
 				if err := reconfigure(req); err != nil {
+					return err
+				}
+			case req := <-n.ckptReqs:
+				if err := checkpointNow(req); err != nil {
 					return err
 				}
 			default:
@@ -749,6 +766,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			if err := reconfigure(req); err != nil {
 				return err
 			}
+		case req := <-n.ckptReqs:
+			if err := checkpointNow(req); err != nil {
+				return err
+			}
 		case <-drain:
 			draining = true
 		case <-ctx.Done():
@@ -767,6 +788,9 @@ func (n *node) feed(rec []byte, pos ingestlog.Position) error {
 	r, err := decodeRecord(rec)
 	if err != nil || r.kind != recordClock {
 		n.fed++
+	}
+	if n.onFeed != nil && err == nil && r.kind == 0 {
+		defer n.onFeed(r.payload)
 	}
 	for _, ps := range n.pipes {
 		var ierr error

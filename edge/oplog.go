@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/state"
 )
 
@@ -15,11 +16,11 @@ import (
 // snapshot operations in order) and a base (the group's entries as of the
 // last compaction). The code that stores and compacts them is opstate.go.
 
-// Operations, as the runtime's snapBuf names them.
+// Operations, as checkpoint.Changes names them.
 const (
-	opPut          = 'P'
-	opDelete       = 'D'
-	opDeletePrefix = 'X'
+	opPut          = checkpoint.OpPut
+	opDelete       = checkpoint.OpDelete
+	opDeletePrefix = checkpoint.OpDeletePrefix
 )
 
 // Format bytes of the payloads (the first byte of every chunk).
@@ -34,7 +35,7 @@ const (
 const chunkBytes = 1 << 20
 
 // opLog records one pipeline's snapshot operations of one checkpoint,
-// already split by key group: it is the window.SnapshotWriter the
+// already split by key group: it is the checkpoint.ChangeWriter the
 // stagingSink hands to Barrier.Changes. A key's group is its hash modulo
 // the store's key group count (hash 0, runtime-wide entries: group 0).
 // A DeletePrefix applies to every group: it is appended to a group's

@@ -66,7 +66,7 @@ aggregates: {readings: count(), avg_temp: avg(temp), max_temp: max(temp)}
 		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
-		if got := n.last.Pos; got != records {
+		if got := n.last.LogPos; got != records {
 			b.Fatalf("checkpoint covers %d records, want %d", got, records)
 		}
 		n.log.Close(ctx)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/window"
 )
 
@@ -37,19 +38,10 @@ type BarrierSink interface {
 	Barrier(b *Barrier) error
 }
 
-// Barrier is a consistent cut of a Runtime.
-type Barrier struct {
-	ID uint64
-	// Changes replays onto w, in order, what changed in the Runtime's state
-	// since the previous barrier (since the restore, or since the start):
-	// applied on top of the store that holds the previous checkpoint, it
-	// leaves exactly the state at this barrier. Hashes are the keys' hashes
-	// (0 for runtime-wide entries): a store partitions by them.
-	Changes func(w window.SnapshotWriter) error
-	// Watermark is the Runtime's watermark when the barrier was injected:
-	// every window result it made due was delivered before the barrier.
-	Watermark int64
-}
+// Barrier is a consistent cut of a Runtime (checkpoint.Barrier): its
+// Changes are the Runtime's state changes since the previous barrier, its
+// Watermark the Runtime's when the barrier was injected.
+type Barrier = checkpoint.Barrier
 
 // ErrBadSnapshot marks a checkpoint entry the Runtime cannot restore.
 var ErrBadSnapshot = errors.New("operators: bad snapshot entry")
@@ -85,61 +77,21 @@ func decodeWatermarkState(b []byte) (window.State, bool) {
 	return window.State{MaxSeen: vs[0], Combined: vs[1], Clock: vs[2], Seen: vs[3]}, true
 }
 
-// snapBuf records snapshot operations back to back:
-// op ('P' put, 'D' delete, 'X' delete prefix) | be64 hash |
-// uvarint len(key) | key | uvarint len(value) | value.
-// It is a window.SnapshotWriter; replay plays the operations onto another.
+// snapBuf is one part of a barrier: the snapshot operations of a worker
+// (or the source's runtime-wide entries), recorded by checkpoint.Changes
+// and replayed onto the sink's writer. It is a window.SnapshotWriter.
 type snapBuf struct {
-	b        []byte
+	checkpoint.Changes
 	skipMeta bool  // drop the operator metadata entry (kept from one worker only)
 	source   bool  // the source's part: wm is the watermark at the barrier
 	wm       int64 // see source
-}
-
-func (s *snapBuf) op(op byte, hash uint64, key, value []byte) error {
-	b := append(s.b, op)
-	b = binary.BigEndian.AppendUint64(b, hash)
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	b = append(b, key...)
-	b = binary.AppendUvarint(b, uint64(len(value)))
-	s.b = append(b, value...)
-	return nil
 }
 
 func (s *snapBuf) Put(hash uint64, key, value []byte) error {
 	if s.skipMeta && len(key) == 1 && key[0] == 'm' {
 		return nil
 	}
-	return s.op('P', hash, key, value)
-}
-func (s *snapBuf) Delete(hash uint64, key []byte) error { return s.op('D', hash, key, nil) }
-func (s *snapBuf) DeletePrefix(prefix []byte) error     { return s.op('X', 0, prefix, nil) }
-
-func (s *snapBuf) replay(w window.SnapshotWriter) error {
-	b := s.b
-	for len(b) > 0 {
-		op, h := b[0], binary.BigEndian.Uint64(b[1:])
-		b = b[9:]
-		n, m := binary.Uvarint(b)
-		k := b[m : m+int(n)]
-		b = b[m+int(n):]
-		n, m = binary.Uvarint(b)
-		v := b[m : m+int(n)]
-		b = b[m+int(n):]
-		var err error
-		switch op {
-		case 'P':
-			err = w.Put(h, k, v)
-		case 'D':
-			err = w.Delete(h, k)
-		default:
-			err = w.DeletePrefix(k)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.Changes.Put(hash, key, value)
 }
 
 // Barrier injects checkpoint barrier id (ids must increase). It flushes
@@ -206,33 +158,29 @@ func (w *worker) barrier(id uint64, first bool) {
 	w.epoch = id
 }
 
-// barriers collects the parts of each barrier on the output goroutine.
+// barriers collects the parts of each barrier on the output goroutine:
+// the source's and one per worker.
 type barriers struct {
-	parts map[uint64][]*snapBuf
+	parts checkpoint.Parts[*snapBuf]
 	need  int
 }
 
 // arrive records one part of barrier id; it returns the barrier when every
 // part is in.
 func (bs *barriers) arrive(id uint64, snap *snapBuf) *Barrier {
-	if bs.parts == nil {
-		bs.parts = map[uint64][]*snapBuf{}
-	}
-	bs.parts[id] = append(bs.parts[id], snap)
-	if len(bs.parts[id]) < bs.need {
+	parts, ok := bs.parts.Add(id, snap, bs.need)
+	if !ok {
 		return nil
 	}
-	parts := bs.parts[id]
-	delete(bs.parts, id)
 	wm := window.MinTime
 	for _, p := range parts {
 		if p.source {
 			wm = p.wm
 		}
 	}
-	return &Barrier{ID: id, Watermark: wm, Changes: func(w window.SnapshotWriter) error {
+	return &Barrier{ID: id, Watermark: wm, Changes: func(w checkpoint.ChangeWriter) error {
 		for _, p := range parts {
-			if err := p.replay(w); err != nil {
+			if err := p.Replay(w); err != nil {
 				return err
 			}
 		}

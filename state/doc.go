@@ -81,6 +81,12 @@
 //     (which points into the mapping) is the caller's panic, not an
 //     ErrCorrupt error. The value has passed its checksum, so this takes a
 //     file truncated or damaged under the open transaction.
+//   - Tx.WriteTo copies the whole file as one transaction sees it (the
+//     edge's snapshots). A read transaction held open meanwhile keeps the
+//     pages later Updates free from being reused, so the file grows by
+//     what they write until it ends, and an Update that must grow the
+//     mapping beyond Options.MmapBytes waits for it: copy to a fast local
+//     file, not to a network.
 //   - The key group count is fixed when the file is created (ErrKeyGroups).
 //   - Layout version 1 files (operator state in namespaces, removed) are
 //     refused with ErrFormat; there is no migration.

@@ -4,6 +4,7 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"time"
@@ -31,4 +32,27 @@ func lockFile(f *os.File, timeout time.Duration) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// InUse reports whether another process holds the lock of the state file
+// at path (an edge runs on it). A file that does not exist is not in use.
+// It opens the file read-only and writes nothing.
+func InUse(path string) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("state: %w", err)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	switch {
+	case err == nil:
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return false, nil
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return true, nil
+	}
+	return false, fmt.Errorf("state: lock %s: %w", path, err)
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"io"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -206,4 +207,45 @@ func (tx *Tx) DeleteBucket(name string) error {
 		return fmt.Errorf("state: delete system bucket %q: %w", name, err)
 	}
 	return nil
+}
+
+// Buckets returns the names of the system buckets that exist, in name
+// order.
+func (tx *Tx) Buckets() ([]string, error) {
+	defer rethrowBolt()
+	sys := tx.btx.Bucket(bucketSys)
+	if sys == nil {
+		return nil, corruptf("state: top-level bucket sys missing")
+	}
+	var names []string
+	err := sys.ForEach(func(k, v []byte) error {
+		if v != nil {
+			return corruptf("state: top-level bucket sys: record %x where only buckets belong", k)
+		}
+		names = append(names, string(k))
+		return nil
+	})
+	return names, err
+}
+
+// Size returns the length of the file as this transaction sees it: what
+// WriteTo writes.
+func (tx *Tx) Size() int64 {
+	defer rethrowBolt()
+	return tx.btx.Size()
+}
+
+// WriteTo writes a copy of the whole file as this transaction sees it to w
+// (bbolt's Tx.WriteTo): Size bytes, both meta pages pointing at this
+// transaction, a file Open accepts with every check. In a View it is a
+// consistent copy taken while Updates go on; it reads the file through
+// the descriptor the store holds, not through its mapping, so what it
+// reads does not stay in the process's resident set. The transaction
+// stays open while w takes the bytes: a slow w holds back the reuse of
+// pages later Updates free (the file grows by what they write meanwhile),
+// and an Update that must grow the mapping (a file past
+// Options.MmapBytes) waits for it.
+func (tx *Tx) WriteTo(w io.Writer) (int64, error) {
+	defer rethrowBolt()
+	return tx.btx.WriteTo(w)
 }

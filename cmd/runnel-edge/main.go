@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/config"
 	"github.com/runnel-io/runnel/edge/ingestlog"
@@ -36,6 +37,10 @@ const usage = `usage:
                                               run a pipeline over a recorded JSON-lines file, results to stdout
   runnel-edge outbox --data-dir D --pipeline P.yaml [--side late|dead|quarantine]
                                               print what a stopped node committed, as JSON lines
+  runnel-edge restore --from STORE/EDGE-ID[@CHECKPOINT] --data-dir D [--force]
+                                              rebuild a data directory from a snapshot (the latest, or the one named)
+  runnel-edge snapshots list --from STORE/EDGE-ID
+                                              list an edge's snapshots: checkpoint, time, epoch, sizes
 `
 
 func main() {
@@ -54,6 +59,10 @@ func main() {
 		err = replay(ctx, args)
 	case "outbox":
 		err = outbox(ctx, args)
+	case "restore":
+		err = restore(ctx, args)
+	case "snapshots":
+		err = snapshots(ctx, args)
 	case "help":
 		fmt.Print(usage)
 		return
@@ -69,7 +78,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "runnel-edge:", err)
-		if errors.Is(err, spec.ErrInvalid) || errors.Is(err, config.ErrInvalid) || errors.Is(err, errUsage) {
+		if errors.Is(err, spec.ErrInvalid) || errors.Is(err, config.ErrInvalid) || errors.Is(err, errUsage) || errors.Is(err, checkpoint.ErrStoreURL) {
 			os.Exit(2)
 		}
 		os.Exit(1)
@@ -266,8 +275,21 @@ func nodeConfig(c *config.Config, ps []*operators.Pipeline, lg *slog.Logger) (ed
 		}
 	}
 	nc.DropAtCap = c.DiskCap.Policy == config.PolicyDropRaw
+	if c.Snapshot.Store != "" {
+		st, err := checkpoint.OpenStore(c.Snapshot.Store, snapshotSchemes)
+		if err != nil {
+			return edge.NodeConfig{}, err
+		}
+		nc.Snapshots = &edge.SnapshotConfig{Store: st, Interval: c.Snapshot.Interval, Keep: c.Snapshot.Keep, Version: version()}
+	}
 	return nc, nil
 }
+
+// snapshotSchemes opens the snapshot stores of URL schemes other than
+// file:// (and plain paths): s3:// is wired here to sync/objstore, its
+// "not found" and "exists" errors mapped to checkpoint.ErrNotFound and
+// checkpoint.ErrExists.
+var snapshotSchemes = map[string]checkpoint.Opener{}
 
 func outbox(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("outbox", flag.ContinueOnError)

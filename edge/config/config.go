@@ -34,6 +34,7 @@ type Config struct {
 	DiskCap         DiskCap
 	SideOutputs     SideOutputs
 	Dedup           Dedup
+	Snapshot        Snapshot
 	Uplink          Uplink
 	Labels          []string // key=value
 	Fleet           Fleet
@@ -121,6 +122,16 @@ type SideOutputs struct {
 // Dedup configures the dropping of MQTT redeliveries by event id.
 type Dedup struct {
 	IDs int // how many of the latest event ids are remembered
+}
+
+// Snapshot configures the snapshots of the edge's state to a store, which
+// `runnel-edge restore` rebuilds a data directory from.
+type Snapshot struct {
+	// Store is file:///path, a path, or s3://bucket/prefix; the edge's
+	// snapshots go under <edge_id>/snapshots/ in it. Empty: no snapshots.
+	Store    string
+	Interval time.Duration // between snapshots; 0: only on demand (POST /admin/snapshot)
+	Keep     int           // complete snapshots kept
 }
 
 // Uplink configures the sending of committed results to the hub.

@@ -45,6 +45,7 @@ func wantDefaults(host string) *Config {
 		DiskCap:         DiskCap{Bytes: 1 << 30, Policy: PolicyBlock},
 		SideOutputs:     SideOutputs{MaxBytes: 64 << 20, MaxAge: 7 * 24 * time.Hour},
 		Dedup:           Dedup{IDs: 16384},
+		Snapshot:        Snapshot{Interval: time.Hour, Keep: 3},
 		Uplink:          Uplink{BatchEntries: 500},
 		Fleet:           Fleet{Enabled: true, StatusInterval: 10 * time.Second},
 		HTTP:            HTTP{Addr: "127.0.0.1:9464"},
@@ -384,6 +385,7 @@ func TestValidate(t *testing.T) {
 			`disk_cap.policy: unknown value ""; use block or drop_raw`,
 			"side_outputs.max_bytes: must be greater than 0, got 0B",
 			"dedup.ids: 0 is out of range; must be 1 to 16777216",
+			"snapshot.keep: 0 is out of range; must be 1 to 1000",
 			"uplink.batch_entries: 0 is out of range; must be 1 to 100000",
 			"fleet.status_interval: must be greater than 0, got 0s",
 			`log.level: unknown value ""; use info, debug, warn or error`,
@@ -920,5 +922,34 @@ func TestListenersAndSideOutputs(t *testing.T) {
 				t.Errorf("max_age %v, want 0", c.SideOutputs.MaxAge)
 			}
 		})
+	}
+}
+
+func TestSnapshotSettings(t *testing.T) {
+	for _, tc := range []struct {
+		store    string
+		interval time.Duration
+		want     string
+	}{
+		{"", time.Hour, ""},
+		{"/var/backups/runnel", 0, ""},
+		{"file:///var/backups/runnel", 10 * time.Second, ""},
+		{"s3://backups/runnel/edges", time.Hour, ""},
+		{"backups", time.Hour, `snapshot.store: "backups" is a relative path; write an absolute path or file:///path`},
+		{"file://backups/x", time.Hour, `snapshot.store: "file://backups/x": a file URL names a local path: file:///path (three slashes)`},
+		{"gs://b/p", time.Hour, `snapshot.store: "gs://b/p": scheme "gs" is not supported; use file:///path, a path, or s3://bucket/prefix`},
+		{"s3:///p", time.Hour, `snapshot.store: "s3:///p" has no bucket: s3://bucket/prefix`},
+		{"s3://b/p?x=1", time.Hour, `snapshot.store: "s3://b/p?x=1": a snapshot store URL has no query or fragment`},
+		{"/x", 5 * time.Second, "snapshot.interval: 5s is too short; at least 10s, or 0 for on demand only"},
+	} {
+		c := wantDefaults("gw-test")
+		c.Snapshot.Store, c.Snapshot.Interval = tc.store, tc.interval
+		got := ""
+		if err := c.Validate(); err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("store %q, interval %v: got %q, want %q", tc.store, tc.interval, got, tc.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -134,6 +135,16 @@ var table = settings.New(settings.Table[Config]{
 			Doc:   "How many of the latest event ids each pipeline that declares event_id remembers to drop MQTT redeliveries (1 to 16777216). Redeliveries are the unacknowledged tail, bounded by the receive maximum and one group commit, so a few thousand suffice; a redelivery older than this many messages counts twice.",
 			Value: settings.Int(func(c *Config) *int { return &c.Dedup.IDs }, 1, 1<<24)},
 
+		{Path: "snapshot.store", Flag: "snapshot-store", Env: "RUNNEL_SNAPSHOT_STORE", Example: "s3://backups/runnel",
+			Doc:   "Where the edge uploads snapshots of its state (each a consistent copy of the state file as of a checkpoint, zstd-compressed, with a manifest), under `<edge_id>/snapshots/<checkpoint id>/`: file:///path or an absolute path (a directory, say on another disk or a network mount), or s3://bucket/prefix. `runnel-edge restore --from <store>/<edge_id>` rebuilds a data directory from the latest. Empty: no snapshots.",
+			Value: settings.String(func(c *Config) *string { return &c.Snapshot.Store }, checkSnapshotStore)},
+		{Path: "snapshot.interval", Flag: "snapshot-interval", Env: "RUNNEL_SNAPSHOT_INTERVAL", Default: "1h",
+			Doc:   "Time between snapshots (at least 10s), each of the last checkpoint; 0: only on demand (POST /admin/snapshot on http.addr). A restore loses what the edge took in after its snapshot's checkpoint, so this bounds the loss. Ingestion and checkpoints go on while a snapshot uploads.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Snapshot.Interval }, checkSnapshotInterval)},
+		{Path: "snapshot.keep", Flag: "snapshot-keep", Env: "RUNNEL_SNAPSHOT_KEEP", Default: "3",
+			Doc:   "How many complete snapshots stay in the store (1 to 1000); older ones are deleted once a new one is complete.",
+			Value: settings.Int(func(c *Config) *int { return &c.Snapshot.Keep }, 1, 1000)},
+
 		{Path: "uplink.hub", Flag: "uplink-hub", Env: "RUNNEL_UPLINK_HUB", Example: "hub.example.com:7443",
 			Doc:   "host:port of the hub's gRPC listener. Committed window results are sent there and deleted once the hub has made them durable. Empty: no uplink (the outbox grows up to the disk cap).",
 			Value: settings.String(func(c *Config) *string { return &c.Uplink.Hub }, settings.OrEmpty(checkAddr))},
@@ -167,10 +178,10 @@ var table = settings.New(settings.Table[Config]{
 			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Fleet.StatusInterval }, settings.Positive)},
 
 		{Path: "http.addr", Flag: "http-addr", Env: "RUNNEL_HTTP_ADDR", Default: "127.0.0.1:9464",
-			Doc:   "host:port of the HTTP server for /metrics (Prometheus), /healthz and /debug/pprof. Loopback only, unless http.allow_remote is true. Empty: no HTTP server.",
+			Doc:   "host:port of the HTTP server for /metrics (Prometheus), /healthz, /debug/pprof and POST /admin/snapshot (a snapshot now, with snapshot.store set; the answer names its checkpoint). Loopback only, unless http.allow_remote is true. Empty: no HTTP server.",
 			Value: settings.String(func(c *Config) *string { return &c.HTTP.Addr }, settings.OrEmpty(checkAddr))},
 		{Path: "http.allow_remote", Flag: "http-allow-remote", Env: "RUNNEL_HTTP_ALLOW_REMOTE", Default: "false",
-			Doc:   "Let http.addr be beyond loopback. /metrics, /healthz and /debug/pprof have no authentication: anyone who can reach them can read the edge's metrics and profile it. Put a proxy with authentication in front, or scrape over loopback, rather than set this.",
+			Doc:   "Let http.addr be beyond loopback. /metrics, /healthz, /debug/pprof and /admin/snapshot have no authentication: anyone who can reach them can read the edge's metrics, profile it and make it take snapshots. Put a proxy with authentication in front, or scrape over loopback, rather than set this.",
 			Value: settings.Bool(func(c *Config) *bool { return &c.HTTP.AllowRemote })},
 	}, settings.LogSettings("RUNNEL_", func(c *Config) *settings.Log { return &c.Log })...),
 })
@@ -181,6 +192,38 @@ var table = settings.New(settings.Table[Config]{
 const minSegmentSize = 1 << 10
 
 // --- per-value rules ---
+
+// snapshotSchemes are the URL schemes of snapshot.store.
+var snapshotSchemes = []string{"file", "s3"}
+
+func checkSnapshotStore(s string) error {
+	if s == "" {
+		return nil
+	}
+	scheme, rest, isURL := strings.Cut(s, "://")
+	switch {
+	case !isURL && !strings.HasPrefix(s, "/"):
+		return fmt.Errorf("%q is a relative path; write an absolute path or file:///path", s)
+	case !isURL:
+		return nil
+	case !slices.Contains(snapshotSchemes, scheme):
+		return fmt.Errorf("%q: scheme %q is not supported; use file:///path, a path, or s3://bucket/prefix", s, scheme)
+	case scheme == "file" && !strings.HasPrefix(rest, "/"):
+		return fmt.Errorf("%q: a file URL names a local path: file:///path (three slashes)", s)
+	case scheme == "s3" && (rest == "" || rest[0] == '/'):
+		return fmt.Errorf("%q has no bucket: s3://bucket/prefix", s)
+	case strings.ContainsAny(s, "?#"):
+		return fmt.Errorf("%q: a snapshot store URL has no query or fragment", s)
+	}
+	return nil
+}
+
+func checkSnapshotInterval(d time.Duration) error {
+	if d != 0 && d < 10*time.Second {
+		return fmt.Errorf("%s is too short; at least 10s, or 0 for on demand only", settings.ShowDuration(d))
+	}
+	return nil
+}
 
 var (
 	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)

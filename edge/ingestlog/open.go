@@ -43,13 +43,13 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 	slices.Sort(firsts)
 
 	if len(firsts) == 0 {
-		f, seg, err := l.createSegment(0)
+		f, seg, err := l.createSegment(l.opts.First)
 		if err != nil {
 			return rec, fmt.Errorf("ingestlog: open %s: %w", l.dir, err)
 		}
 		l.active, l.written, l.segs = f, segHeaderSize, []*segment{seg}
 		l.size.Store(segHeaderSize)
-		return Recovery{Segments: 1, Bytes: segHeaderSize, RemovedTemp: rec.RemovedTemp}, nil
+		return Recovery{Segments: 1, First: l.opts.First, End: l.opts.First, Bytes: segHeaderSize, RemovedTemp: rec.RemovedTemp}, nil
 	}
 
 	w := &window{ahead: scanAhead}

@@ -100,6 +100,11 @@ type Options struct {
 	MaxUnsynced int
 	// Compression of blocks.
 	Compression Compression
+	// First is the position of the first record of a log Open creates
+	// (one whose directory holds no segment): a log that continues one
+	// whose records are gone, as when an edge is restored from a snapshot
+	// that covers the records before First. An existing log ignores it.
+	First Position
 	// OnDurable, when set, is called by the committer goroutine after every
 	// commit with the new durable end: every record with a position below
 	// upTo is durable. Calls come in order, one at a time, with upTo
