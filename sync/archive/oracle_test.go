@@ -112,6 +112,13 @@ func scenario(t *testing.T, seed uint64, lg *archivetest.MemLog, clk *clock, mk 
 	lg.AddSchema(flow)
 	ar := mk()
 	ctx := context.Background()
+	logRows := func(n, phase int) {
+		for range n {
+			r := g.row(phase)
+			lg.Append(&r)
+			g.rows = append(g.rows, r)
+		}
+	}
 	step := func() {
 		for tries := 0; ; tries++ {
 			err := ar.Step(ctx)
@@ -121,14 +128,10 @@ func scenario(t *testing.T, seed uint64, lg *archivetest.MemLog, clk *clock, mk 
 			if tries > 3 {
 				t.Fatalf("step keeps failing: %v", err)
 			}
-			ar = mk() // a crash: a new process from the durable state
-		}
-	}
-	logRows := func(n, phase int) {
-		for range n {
-			r := g.row(phase)
-			lg.Append(&r)
-			g.rows = append(g.rows, r)
+			// A crash: the hub goes on committing results while the
+			// archiver restarts from the durable state.
+			logRows(3, 1)
+			ar = mk()
 		}
 	}
 	clk.Set(base.Add(3 * time.Hour))
