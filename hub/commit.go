@@ -28,16 +28,16 @@ import (
 type opKind uint8
 
 const (
-	opPutPartial   opKind = iota // partials/<kg>: k -> v
-	opPutResult                  // results/<pipeline>: k -> v
-	opExpire                     // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
-	opPutEdge                    // edges: k -> v
-	opPutPipeline                // pipelines/<pipeline>: k -> v, less the results opExpire deleted
-	opPutParked                  // parked: k -> v
-	opSweepParked                // parked: delete the records parked before n
-	opDeleteParked               // parked: delete the records under prefix k (a pipeline now configured)
-	opPutArchive                 // archive/log: k -> v
-	opPutArchiveSchema           // archive/schemas: k -> v
+	opPutPartial       opKind = iota // partials/<kg>: k -> v
+	opPutResult                      // results/<pipeline>: k -> v
+	opExpire                         // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
+	opPutEdge                        // edges: k -> v
+	opPutPipeline                    // pipelines/<pipeline>: k -> v, less the results opExpire deleted
+	opPutParked                      // parked: k -> v
+	opSweepParked                    // parked: delete the records parked before n
+	opDeleteParked                   // parked: delete the records under prefix k (a pipeline now configured)
+	opPutArchive                     // archive/log: k -> v
+	opPutArchiveSchema               // archive/schemas: k -> v
 )
 
 // op is one write; its key and value are ranges of writeSet.buf, which may

@@ -75,9 +75,9 @@ type Config struct {
 	// results, with the results pending in the log (not under any lock of
 	// the hub; it must not block).
 	ArchiveNotify func(pending uint64)
-	NoSync         bool                  // bbolt NoSync, for tests and benchmarks only
-	Now            func() time.Time      // wall clock (default time.Now)
-	Logger         *slog.Logger
+	NoSync        bool             // bbolt NoSync, for tests and benchmarks only
+	Now           func() time.Time // wall clock (default time.Now)
+	Logger        *slog.Logger
 }
 
 // Resume is where an edge continues after Hello.
