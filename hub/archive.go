@@ -4,7 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -137,11 +140,16 @@ func (h *Hub) restoreArchive(tx *bolt.Tx) error {
 // ArchiveLog returns the hub's archive log, for the archiver
 // (sync/archive). It fails with ErrClosed once the hub is closed: stop the
 // archiver first.
-func (h *Hub) ArchiveLog() archive.Log { return (*archiveLogOf)(h) }
+func (h *Hub) ArchiveLog() archive.Log { return &archiveLogOf{db: h.db, h: h} }
 
-type archiveLogOf Hub
+// archiveLogOf is the archive log of a hub's store: of the running hub h,
+// or (h nil) of a store opened read-only by ReadArchiveStatus.
+type archiveLogOf struct {
+	db *bolt.DB
+	h  *Hub
+}
 
-func (l *archiveLogOf) hub() *Hub { return (*Hub)(l) }
+func (l *archiveLogOf) hub() *Hub { return l.h }
 
 func closedErr(err error) error {
 	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
@@ -153,7 +161,7 @@ func closedErr(err error) error {
 // Scan implements archive.Log: in one read transaction, checking every
 // record's frame.
 func (l *archiveLogOf) Scan(after, through uint64, fn func(uint64, []byte) error) error {
-	return closedErr(l.hub().db.View(func(tx *bolt.Tx) error {
+	return closedErr(l.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketArchive).Bucket(archiveLog).Cursor()
 		for k, v := c.Seek(binary.BigEndian.AppendUint64(nil, after+1)); k != nil; k, v = c.Next() {
 			seq := binary.BigEndian.Uint64(k)
@@ -173,12 +181,26 @@ func (l *archiveLogOf) Scan(after, through uint64, fn func(uint64, []byte) error
 }
 
 // Last implements archive.Log.
-func (l *archiveLogOf) Last() uint64 { return l.hub().arch.last.Load() }
+func (l *archiveLogOf) Last() uint64 {
+	if l.h != nil {
+		return l.h.arch.last.Load()
+	}
+	var last uint64
+	_ = l.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketArchive); b != nil {
+			if p, err := openRecord(archiveLast, b.Get(archiveLast)); err == nil && len(p) == 8 {
+				last = binary.BigEndian.Uint64(p)
+			}
+		}
+		return nil
+	})
+	return last
+}
 
 // Schema implements archive.Log.
 func (l *archiveLogOf) Schema(id uint64) ([]byte, error) {
 	var out []byte
-	err := l.hub().db.View(func(tx *bolt.Tx) error {
+	err := l.db.View(func(tx *bolt.Tx) error {
 		k := binary.BigEndian.AppendUint64(nil, id)
 		v := tx.Bucket(bucketArchive).Bucket(archiveSchema).Get(k)
 		if v == nil {
@@ -194,8 +216,12 @@ func (l *archiveLogOf) Schema(id uint64) ([]byte, error) {
 // State implements archive.Log.
 func (l *archiveLogOf) State() ([]byte, error) {
 	var out []byte
-	err := l.hub().db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketArchive).Get(archiveState)
+	err := l.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketArchive)
+		if b == nil {
+			return nil
+		}
+		v := b.Get(archiveState)
 		if v == nil {
 			return nil
 		}
@@ -214,6 +240,9 @@ const trimChunk = 4096
 // log trimmed through trim in transactions of trimChunk entries.
 func (l *archiveLogOf) Save(state []byte, trim uint64) error {
 	h := l.hub()
+	if h == nil {
+		return errors.New("hub: the archive log of a store opened read-only")
+	}
 	err := h.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketArchive).Put(archiveState, appendRecord(nil, archiveState, state))
 	})
@@ -253,3 +282,24 @@ func (l *archiveLogOf) Save(state []byte, trim uint64) error {
 // ArchivePending is how many results the archive log holds that are not
 // yet archived.
 func (h *Hub) ArchivePending() uint64 { return h.arch.pending() }
+
+// ReadArchiveStatus reads the archive's status from the store in dir
+// (dir/hub.db) when no hub has it open: `runnel-hub archive status` of a
+// stopped hub. A store open in a running hub fails within a second (ask
+// that hub instead: GET /v1/archive/status).
+func ReadArchiveStatus(dir string) (archive.Status, error) {
+	path := filepath.Join(dir, "hub.db")
+	if _, err := os.Stat(path); err != nil {
+		return archive.Status{}, fmt.Errorf("hub: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		return archive.Status{}, fmt.Errorf("hub: open %s read-only: %w", path, err)
+	}
+	defer db.Close()
+	st, err := archive.ReadStatus(&archiveLogOf{db: db})
+	if err != nil {
+		return st, fmt.Errorf("hub: archive status of %s: %w", path, err)
+	}
+	return st, nil
+}

@@ -1,7 +1,9 @@
 #!/bin/sh
 # install-deps.sh installs the Debian packages that runnel's tests run
 # against for real (today: the Mosquitto broker and its command-line
-# clients, used by internal/testbroker). It is idempotent and fast when
+# clients, used by internal/testbroker), then DuckDB for Node
+# (install-duckdb.sh, the results archive's independent Parquet reader,
+# used by internal/testduckdb). It is idempotent and fast when
 # everything is present: it runs `apt-get update` once, and only when a
 # package is missing. Run as root (CI does); otherwise it uses sudo if it can.
 #
@@ -20,6 +22,9 @@ for pair in $NEEDED; do
 		missing="$missing $pkg"
 	fi
 done
+
+HERE=$(dirname "$0")
+sh "$HERE/install-duckdb.sh" ${1:-}
 
 if [ -z "$missing" ]; then
 	echo "install-deps: all present (mosquitto, mosquitto-clients)"
