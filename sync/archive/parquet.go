@@ -142,6 +142,10 @@ func (b *rowBuilder) build(dst parquet.Row, r *Row) (parquet.Row, error) {
 	if b.fields, err = splitKey(b.fields, r.Key, len(s.Keys)); err != nil {
 		return dst, fmt.Errorf("archive: row of %s: key %x: %v: %w", s.Pipeline, r.Key, err, ErrInvalid)
 	}
+	// The key column is the hub API's rendering of the raw key (invalid
+	// UTF-8 as \ufffd escapes); a key field column holds valid UTF-8.
+	b.json = appendKeyJSON(b.json[:0], s.Keys, b.fields)
+	keyJSON := b.keep(b.json)
 	for i := range b.fields {
 		if f := &b.fields[i]; f.kind == 's' && !utf8.Valid(f.v) {
 			f.v = b.keep([]byte(strings.ToValidUTF8(string(f.v), "\uFFFD")))
@@ -168,8 +172,7 @@ func (b *rowBuilder) build(dst parquet.Row, r *Row) (parquet.Row, error) {
 			}
 			continue
 		case colKey:
-			b.json = appendKeyJSON(b.json[:0], s.Keys, b.fields)
-			v = parquet.ByteArrayValue(b.keep(b.json))
+			v = parquet.ByteArrayValue(keyJSON)
 		case colStart:
 			v = parquet.Int64Value(r.Start)
 		case colEnd:
@@ -358,8 +361,15 @@ func RecordOf(s *Schema, r *Row) (Record, error) {
 		rec.Fields = append(rec.Fields, v)
 	}
 	for i, a := range s.Aggregates {
-		if a.Type == Int && rec.Values[i].Kind == Null {
+		switch v := rec.Values[i]; {
+		case a.Type == Int && v.Kind == Null:
 			rec.Values[i] = Value{Kind: Int}
+		case v.Kind == Int:
+			rec.Values[i] = Value{Kind: Int, Int: v.Int}
+		case v.Kind == Float:
+			rec.Values[i] = Value{Kind: Float, Float: v.Float}
+		default:
+			rec.Values[i] = Value{}
 		}
 	}
 	return rec, nil

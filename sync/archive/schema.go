@@ -271,7 +271,7 @@ func (r *reader) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(r.b[r.off:])
-	if n <= 0 {
+	if n <= 0 || n != uvarintLen(v) { // the shortest form only: one encoding per value
 		r.err = true
 		return 0
 	}
@@ -296,4 +296,13 @@ func (r *reader) str() string {
 		return ""
 	}
 	return string(b)
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
 }
