@@ -2,8 +2,8 @@ package archive_test
 
 import (
 	"bytes"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"math"
 	"testing"
 
