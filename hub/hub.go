@@ -72,8 +72,8 @@ type Config struct {
 	// not yet archived. 0: no archive log.
 	ArchiveMaxPending uint64
 	// ArchiveNotify, when set, is called after each commit that logged
-	// results, with the results pending in the log (not under any lock of
-	// the hub; it must not block).
+	// results, with the results pending in the log. It runs under the
+	// commit lock: it must not block or call the hub.
 	ArchiveNotify func(pending uint64)
 	NoSync        bool             // bbolt NoSync, for tests and benchmarks only
 	Now           func() time.Time // wall clock (default time.Now)
