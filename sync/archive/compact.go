@@ -187,6 +187,35 @@ func (fs *fileSchema) sortKey(dst []byte, row parquet.Row) []byte {
 	return binary.BigEndian.AppendUint32(dst, uint32(version))
 }
 
+// cloneRow copies row and makes its sort key, in two allocations: the
+// values, and one buffer for the key and every byte array.
+func cloneRow(fs *fileSchema, row parquet.Row) sortRow {
+	n := 0
+	for _, v := range row {
+		if v.Kind() == parquet.ByteArray {
+			n += len(v.ByteArray())
+		}
+	}
+	buf := make([]byte, 0, n+64)
+	out := make(parquet.Row, len(row))
+	for i, v := range row {
+		if v.Kind() == parquet.ByteArray && !v.IsNull() {
+			at := len(buf)
+			buf = append(buf, v.ByteArray()...)
+			nv := parquet.ByteArrayValue(buf[at:len(buf):len(buf)])
+			nv.SetColumnIndex(v.Column())
+			nv.SetRepetitionLevel(v.RepetitionLevel())
+			nv.SetDefinitionLevel(v.DefinitionLevel())
+			out[i] = nv
+			continue
+		}
+		out[i] = v
+	}
+	at := len(buf)
+	buf = fs.sortKey(buf, out)
+	return sortRow{key: buf[at:], row: out}
+}
+
 func rowBytes(r sortRow) int64 {
 	n := int64(rowOverhead + len(r.key) + 24*len(r.row))
 	for _, v := range r.row {
@@ -237,8 +266,7 @@ func (a *Archiver) merge(ctx context.Context, inputs []File, out string) (int64,
 			} else if ffs.id != fs.id {
 				return fmt.Errorf("archive: compaction: %s has schema %016x, not %016x: %w", f.Path, ffs.id, fs.id, ErrCorrupt)
 			}
-			r := sortRow{row: row.Clone()}
-			r.key = fs.sortKey(nil, r.row)
+			r := cloneRow(fs, row)
 			buf = append(buf, r)
 			if used += rowBytes(r); used >= a.o.CompactionMemory {
 				return spill()
@@ -492,10 +520,11 @@ func (rr *runReader) next() (sortRow, bool, error) {
 		return bad(fmt.Errorf("key length: %v", err))
 	}
 	var r sortRow
-	r.key = make([]byte, n)
-	if _, err := io.ReadFull(rr.r, r.key); err != nil {
+	buf := make([]byte, n, 2*n+64) // the key, then the row's byte arrays
+	if _, err := io.ReadFull(rr.r, buf); err != nil {
 		return bad(err)
 	}
+	r.key = buf[:n:n]
 	nv, err := binary.ReadUvarint(rr.r)
 	if err != nil || nv > maxColumns+maxRevisions {
 		return bad(fmt.Errorf("value count: %v", err))
@@ -529,7 +558,13 @@ func (rr *runReader) next() (sortRow, bool, error) {
 			if err != nil || l > 1<<24 {
 				return bad(fmt.Errorf("bytes length: %v", err))
 			}
-			p := make([]byte, l)
+			at := len(buf)
+			if cap(buf)-at < int(l) {
+				buf = make([]byte, 0, max(int(l), 256))
+				at = 0
+			}
+			buf = buf[:at+int(l)]
+			p := buf[at : at+int(l) : at+int(l)]
 			if _, err := io.ReadFull(rr.r, p); err != nil {
 				return bad(err)
 			}
