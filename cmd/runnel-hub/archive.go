@@ -153,8 +153,8 @@ func printStatus(w io.Writer, url string, st archive.Status, now time.Time) {
 	}
 	fmt.Fprintf(w, "partitions:       %d (%d superseded objects to delete)\n", st.Partitions, st.PendingDeletes)
 	t := st.Totals
-	fmt.Fprintf(w, "totals:           %d rows, %d files, %d bytes, %d manifests, %d compactions, %d partitions deleted, %d rows past retention\n",
-		t.Rows, t.Files, t.Bytes, t.Manifests, t.Compactions, t.Deleted, t.Expired)
+	fmt.Fprintf(w, "totals:           %d rows, %d files, %d bytes, %d manifests, %d compactions, %d partitions deleted, %d rows past retention, %d rows set aside\n",
+		t.Rows, t.Files, t.Bytes, t.Manifests, t.Compactions, t.Deleted, t.Expired, t.Invalid)
 	if len(st.Failures) > 0 {
 		var parts []string
 		for k, v := range st.Failures {

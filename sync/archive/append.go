@@ -3,6 +3,7 @@ package archive
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -44,6 +45,16 @@ type group struct {
 type built struct {
 	parts   []intentPart
 	expired uint64
+	invalid uint64
+}
+
+// setAside counts a log entry that cannot be archived and logs the first
+// ones of a build.
+func (a *Archiver) setAside(b *built, seq uint64, err error) {
+	b.invalid++
+	if b.invalid <= 3 {
+		a.o.Logger.Error("archive: a result cannot be archived; set aside", "log_seq", seq, "err", err)
+	}
 }
 
 // build writes the staged files of log range [from, to], rowsPerFile rows
@@ -97,12 +108,23 @@ func (a *Archiver) build(from, to uint64, rowsPerFile int, logID string) (*built
 			return fmt.Errorf("archive: log entry %d: %w", seq, err)
 		}
 		fs, err := a.schema(row.Schema)
+		if errors.Is(err, ErrInvalid) {
+			a.setAside(&out, seq, err)
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("log entry %d: %w", seq, err)
 		}
 		p := PartitionOf(fs.s.Pipeline, row.Start)
 		if a.o.Retention > 0 && p.End()+a.o.Retention.Milliseconds() <= now {
 			out.expired++
+			return nil
+		}
+		if err := fs.check(&row); err != nil {
+			// A row the archive cannot hold (a key not in the operators'
+			// encoding, values that do not fit the schema) is set aside
+			// rather than stall every result behind it.
+			a.setAside(&out, seq, err)
 			return nil
 		}
 		ps := p.String()
@@ -137,7 +159,7 @@ func (a *Archiver) build(from, to uint64, rowsPerFile int, logID string) (*built
 		}
 		r, err = g.b.build(r, &row)
 		if err != nil {
-			return fmt.Errorf("log entry %d: %w", seq, err)
+			return fmt.Errorf("log entry %d: %w", seq, err) // check passed it
 		}
 		g.rows = append(g.rows, r)
 		g.nrows++
@@ -205,7 +227,7 @@ func (a *Archiver) appendRange(ctx context.Context, from, to uint64) error {
 	}
 	next := st.clone()
 	in := &intent{Cause: causeAppend, Created: a.o.Now().UnixMilli(), From: from, To: to,
-		RowsPerFile: a.o.MaxRowsPerFile, Expired: b.expired}
+		RowsPerFile: a.o.MaxRowsPerFile, Expired: b.expired, Invalid: b.invalid}
 	for _, p := range b.parts {
 		ps, err := a.adopt(ctx, next, p.Partition)
 		if err != nil {
@@ -286,6 +308,7 @@ func (a *Archiver) runAppend(ctx context.Context, in *intent, b *built) error {
 	next.Totals.Bytes += bytes
 	next.Totals.Manifests += uint64(len(b.parts))
 	next.Totals.Expired += in.Expired
+	next.Totals.Invalid += in.Invalid
 	if in.Expired > 0 {
 		a.o.Logger.Warn("archive: results of partitions past the archive's retention were not archived", "rows", in.Expired, "log_from", in.From, "log_to", in.To)
 	}

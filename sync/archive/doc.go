@@ -83,4 +83,9 @@
 //     KB) at each flush.
 //   - Rows of partitions already past Retention when they are flushed
 //     are not archived (counted: Totals.Expired, logged).
+//   - A row that cannot be a row of its files (a key not in the
+//     operators' encoding: the hub takes keys as opaque bytes; a value
+//     that does not fit the schema) is set aside, counted
+//     (Totals.Invalid, runnel_hub_archive_invalid_rows_total) and logged
+//     with its log sequence, rather than stall the rows behind it.
 package archive

@@ -24,9 +24,13 @@ const (
 	createdBy  = "runnel-hub"
 )
 
-// zstdFast compresses pages: the fastest zstd level (the default costs a
-// fifth of the write path for a few percent of size).
-var zstdFast = zstd.Codec{Level: zstd.SpeedFastest}
+// newZstd returns the codec of a file's pages: the fastest zstd level (the
+// default costs a fifth of the write path for a few percent of size), one
+// encoder (a writer is one goroutine's). A codec a writer: the codec pools
+// its encoders, which hold channels, and a pool shared by every writer
+// would tie them to whichever goroutine group (a testing/synctest bubble)
+// made them first.
+func newZstd() *zstd.Codec { return &zstd.Codec{Level: zstd.SpeedFastest, Concurrency: 1} }
 
 // rowGroupRows bounds a row group: the writer buffers one in memory.
 const rowGroupRows = 64 << 10
@@ -139,6 +143,26 @@ func (b *rowBuilder) keep(v []byte) []byte {
 	return c[at:len(c):len(c)]
 }
 
+// check reports what keeps r from being a row of fs's files: the value
+// count, a key not in the operators' encoding, a value of the wrong type.
+// Errors match ErrInvalid.
+func (fs *fileSchema) check(r *Row) error {
+	s := fs.s
+	if len(r.Values) != len(s.Aggregates) {
+		return fmt.Errorf("archive: row of %s: %d values, the schema has %d aggregates: %w", s.Pipeline, len(r.Values), len(s.Aggregates), ErrInvalid)
+	}
+	var buf [8]keyField
+	if _, err := splitKey(buf[:0], r.Key, len(s.Keys)); err != nil {
+		return fmt.Errorf("archive: row of %s: key %x: %v: %w", s.Pipeline, r.Key, err, ErrInvalid)
+	}
+	for i, a := range s.Aggregates {
+		if k := r.Values[i].Kind; k != Null && k != a.Type {
+			return fmt.Errorf("archive: row of %s: aggregate %s is of type %d, the value of %d: %w", s.Pipeline, a.Name, a.Type, k, ErrInvalid)
+		}
+	}
+	return nil
+}
+
 // build appends r as a Parquet row to dst. r's schema must be b's.
 func (b *rowBuilder) build(dst parquet.Row, r *Row) (parquet.Row, error) {
 	s := b.fs.s
@@ -226,7 +250,7 @@ func (b *rowBuilder) build(dst parquet.Row, r *Row) (parquet.Row, error) {
 func newWriter(w io.Writer, fs *fileSchema) *parquet.Writer {
 	opts := []parquet.WriterOption{
 		fs.pq,
-		parquet.Compression(&zstdFast),
+		parquet.Compression(newZstd()),
 		parquet.CreatedBy(createdBy, "", ""),
 		parquet.MaxRowsPerRowGroup(rowGroupRows),
 		parquet.KeyValueMetadata(metaSchema, hex.EncodeToString(fs.enc)),

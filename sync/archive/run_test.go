@@ -181,3 +181,40 @@ func TestRetentionAndGC(t *testing.T) {
 		t.Fatalf("a result past the retention was archived: %d objects, were %d", len(keys2), len(keys))
 	}
 }
+
+// TestInvalidRowsSetAside: a result the archive cannot hold (a key not in
+// the operators' encoding, a value of the wrong type, an unknown schema's
+// fields) is counted and skipped; the results behind it are archived.
+func TestInvalidRowsSetAside(t *testing.T) {
+	st, lg, clk := archivetest.NewMemStore(), archivetest.NewMemLog(), &clock{}
+	clk.Set(base.Add(time.Hour))
+	lg.AddSchema(temps)
+	good := func(v uint32) archive.Row {
+		return archive.Row{Schema: temps.ID(), Start: base.UnixMilli(), End: base.UnixMilli() + 1000, Version: v, Key: encKey("d", "1"),
+			Values: []archive.Value{{Kind: archive.Int, Int: 1}, {}, {Kind: archive.Float, Float: 1}}}
+	}
+	var rows []archive.Row
+	for i, bad := range []func(*archive.Row){
+		func(r *archive.Row) { r.Key = []byte("garbage") },
+		func(r *archive.Row) { r.Values[0] = archive.Value{Kind: archive.Float, Float: 1} },
+		func(r *archive.Row) { r.Values = r.Values[:1] },
+	} {
+		r := good(uint32(2*i + 1))
+		bad(&r)
+		lg.Append(&r)
+		r = good(uint32(2*i + 2))
+		lg.Append(&r)
+		rows = append(rows, r)
+	}
+	a, err := archive.New(options(st, lg, t.TempDir(), clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Status(); s.Totals.Invalid != 3 || s.Totals.Rows != 3 || s.Pending != 0 {
+		t.Fatalf("status: %+v", s)
+	}
+	check(t, st, rows)
+}

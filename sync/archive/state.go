@@ -54,6 +54,9 @@ type intent struct {
 	// Expired counts the rows of an append dropped for partitions past
 	// the archive's retention.
 	Expired uint64 `json:"expired,omitempty"`
+	// Invalid counts the rows it set aside: not archivable (a key not in
+	// the operators' encoding, values that do not fit their schema).
+	Invalid uint64 `json:"invalid,omitempty"`
 }
 
 // intentPart is what an append adds to one partition.
@@ -89,6 +92,7 @@ type Totals struct {
 	Compactions uint64 `json:"compactions"`
 	Expired     uint64 `json:"expired_rows"`
 	Deleted     uint64 `json:"deleted_partitions"`
+	Invalid     uint64 `json:"invalid_rows"`
 }
 
 func (s *state) encode() []byte {

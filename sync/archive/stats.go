@@ -140,6 +140,7 @@ var (
 	descManif    = prometheus.NewDesc("runnel_hub_archive_manifests_total", "Manifests published (since the log began).", nil, nil)
 	descCompact  = prometheus.NewDesc("runnel_hub_archive_compactions_total", "Partitions compacted (since the log began).", nil, nil)
 	descExpired  = prometheus.NewDesc("runnel_hub_archive_expired_rows_total", "Results not archived because their partition was past the archive's retention when they were flushed.", nil, nil)
+	descInvalid  = prometheus.NewDesc("runnel_hub_archive_invalid_rows_total", "Results set aside because they cannot be archived (a key not in the pipeline's key encoding, values that do not fit its schema); logged with their log sequence.", nil, nil)
 	descPending  = prometheus.NewDesc("runnel_hub_archive_pending", "Results committed by the hub and not yet in a published manifest (the archive log's depth).", nil, nil)
 	descOldest   = prometheus.NewDesc("runnel_hub_archive_oldest_pending_seconds", "Age of the oldest result not yet archived (0: none).", nil, nil)
 	descFailures = prometheus.NewDesc("runnel_hub_archive_failures_total", "Failed archive steps by cause (store, log, corrupt, conflict, local, invalid); each is retried.", []string{"cause"}, nil)
@@ -148,7 +149,7 @@ var (
 type collector struct{ a *Archiver }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRows, descFiles, descBytes, descManif, descCompact, descExpired, descPending, descOldest, descFailures} {
+	for _, d := range []*prometheus.Desc{descRows, descFiles, descBytes, descManif, descCompact, descExpired, descInvalid, descPending, descOldest, descFailures} {
 		ch <- d
 	}
 }
@@ -164,6 +165,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descManif, s.Totals.Manifests)
 	counter(descCompact, s.Totals.Compactions)
 	counter(descExpired, s.Totals.Expired)
+	counter(descInvalid, s.Totals.Invalid)
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending))
 	age := 0.0
 	if !s.OldestPending.IsZero() {
