@@ -15,70 +15,12 @@ import (
 	"github.com/runnel-io/runnel/sync/archive/archivetest"
 )
 
-// storeConformance checks the Store semantics the archive relies on.
-func storeConformance(t *testing.T, st archive.Store) {
-	ctx := context.Background()
-	put := func(key, body string) error { return st.Put(ctx, key, strings.NewReader(body), int64(len(body))) }
-	get := func(key string) (string, error) {
-		rc, err := st.Get(ctx, key)
-		if err != nil {
-			return "", err
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(rc)
-		return string(b), err
-	}
-	if err := put("p=a/x/1.json", "one"); err != nil {
-		t.Fatal(err)
-	}
-	if err := put("p=a/x/1.json", "two"); !errors.Is(err, archive.ErrExists) {
-		t.Fatalf("a second Put of a key: %v, want ErrExists", err)
-	}
-	if got, err := get("p=a/x/1.json"); err != nil || got != "one" {
-		t.Fatalf("after the refused overwrite: %q, %v; want the first contents", got, err)
-	}
-	if _, err := get("p=a/missing"); !errors.Is(err, archive.ErrNotFound) {
-		t.Fatalf("Get of a missing key: %v, want ErrNotFound", err)
-	}
-	f := filepath.Join(t.TempDir(), "f")
-	os.WriteFile(f, []byte("file"), 0o600)
-	if err := st.PutFile(ctx, "p=a/y.parquet", f); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.PutFile(ctx, "p=a/y.parquet", f); !errors.Is(err, archive.ErrExists) {
-		t.Fatalf("a second PutFile: %v, want ErrExists", err)
-	}
-	put("p=b/z", "z")
-	put("p=aa", "aa")
-	ks, err := st.List(ctx, "p=a/")
-	if err != nil || !slices.Equal(ks, []string{"p=a/x/1.json", "p=a/y.parquet"}) {
-		t.Fatalf("List(p=a/) = %q, %v", ks, err)
-	}
-	ks, _ = st.List(ctx, "p=a")
-	if !slices.Equal(ks, []string{"p=a/x/1.json", "p=a/y.parquet", "p=aa"}) {
-		t.Fatalf("List(p=a) = %q", ks)
-	}
-	if err := st.Delete(ctx, "p=a/x/1.json"); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Delete(ctx, "p=a/x/1.json"); err != nil {
-		t.Fatalf("Delete of a missing key: %v", err)
-	}
-	ks, _ = st.List(ctx, "")
-	if !slices.Equal(ks, []string{"p=a/y.parquet", "p=aa", "p=b/z"}) {
-		t.Fatalf("List() after Delete = %q", ks)
-	}
-	if err := put("p=a/x/1.json", "again"); err != nil {
-		t.Fatalf("Put after Delete: %v", err)
-	}
-}
-
 func TestDirStore(t *testing.T) {
 	st, err := archive.OpenDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeConformance(t, st)
+	archivetest.StoreConformance(t, st)
 	for _, k := range []string{"", "/abs", "a/../../b", "../x", "a//b", ".tmp/x", "dir/"} {
 		if err := st.Put(context.Background(), k, bytes.NewReader(nil), 0); err == nil {
 			t.Errorf("Put(%q) accepted", k)
@@ -104,7 +46,7 @@ func TestDirStore(t *testing.T) {
 	}
 }
 
-func TestMemStore(t *testing.T) { storeConformance(t, archivetest.NewMemStore()) }
+func TestMemStore(t *testing.T) { archivetest.StoreConformance(t, archivetest.NewMemStore()) }
 
 // TestAdapt maps another store's sentinels.
 func TestAdapt(t *testing.T) {
