@@ -101,6 +101,14 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 	if h.closed {
 		return ErrClosed
 	}
+	if m := h.cfg.ArchiveMaxPending; m > 0 && h.arch.pending() >= m {
+		h.stats.ArchiveRefused++
+		if h.stats.ArchiveRefused&(h.stats.ArchiveRefused-1) == 0 { // the 1st, 2nd, 4th, 8th, ...
+			h.cfg.Logger.Warn("hub: the archive log is full; batches are refused until the archiver catches up",
+				"pending", h.arch.pending(), "archive_max_pending", m, "refused", h.stats.ArchiveRefused)
+		}
+		return fmt.Errorf("hub: %d results wait for the archive (archive max pending %d): %w", h.arch.pending(), m, ErrArchiveFull)
+	}
 	if c := h.cat.Load(); c != cat {
 		// Define made more known since: what is known decides what is
 		// checked, parked or applied, so check again with it.

@@ -35,12 +35,17 @@ type benchFeed struct {
 	round   int
 }
 
-func newBenchFeed(b *testing.B) (*testHub, *benchFeed) {
+func newBenchFeed(b *testing.B, cfgs ...func(*Config)) (*testHub, *benchFeed) {
 	th := newTestHub(b, nil)
 	p := compile(b, benchYAML)
 	th.Hub.Close()
 	th.pipes = append(th.pipes, p)
-	th.cfg = func(c *Config) { c.KeyGroups = 128 }
+	th.cfg = func(c *Config) {
+		c.KeyGroups = 128
+		for _, f := range cfgs {
+			f(c)
+		}
+	}
 	th.dir = b.TempDir()
 	th.open()
 
@@ -103,26 +108,36 @@ func BenchmarkMerge(b *testing.B) {
 // partials and emitting their windows as new versions. One op is one
 // partial.
 func BenchmarkCommit(b *testing.B) {
-	b.Run(fmt.Sprintf("keys=1e5/edges=%d/commit=1e4", benchEdges), func(b *testing.B) {
-		th, f := newBenchFeed(b)
-		// Emit everything once, so that every commit makes new versions.
-		for _, bts := range f.batches {
-			for _, bt := range bts {
-				bt.Watermarks[0].WatermarkMs = 60_000
-			}
+	for _, archiveLog := range []bool{false, true} {
+		name := fmt.Sprintf("keys=1e5/edges=%d/commit=1e4", benchEdges)
+		var cfg []func(*Config)
+		if archiveLog {
+			// Every result version also logged for the archive (which
+			// does not run: the log only grows).
+			name += "/archive-log"
+			cfg = append(cfg, func(c *Config) { c.ArchiveMaxPending = 1 << 40 })
 		}
-		f.apply(b, th)
-		th.commit()
-		b.ReportAllocs()
-		b.ResetTimer()
-		start := time.Now()
-		for n := 0; n < b.N; n += benchBatch {
+		b.Run(name, func(b *testing.B) {
+			th, f := newBenchFeed(b, cfg...)
+			// Emit everything once, so that every commit makes new versions.
+			for _, bts := range f.batches {
+				for _, bt := range bts {
+					bt.Watermarks[0].WatermarkMs = 60_000
+				}
+			}
 			f.apply(b, th)
-			if f.round%10 == 0 {
-				th.commit()
+			th.commit()
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			for n := 0; n < b.N; n += benchBatch {
+				f.apply(b, th)
+				if f.round%10 == 0 {
+					th.commit()
+				}
 			}
-		}
-		th.commit()
-		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "partials/s")
-	})
+			th.commit()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "partials/s")
+		})
+	}
 }

@@ -28,14 +28,16 @@ import (
 type opKind uint8
 
 const (
-	opPutPartial   opKind = iota // partials/<kg>: k -> v
-	opPutResult                  // results/<pipeline>: k -> v
-	opExpire                     // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
-	opPutEdge                    // edges: k -> v
-	opPutPipeline                // pipelines/<pipeline>: k -> v, less the results opExpire deleted
-	opPutParked                  // parked: k -> v
-	opSweepParked                // parked: delete the records parked before n
-	opDeleteParked               // parked: delete the records under prefix k (a pipeline now configured)
+	opPutPartial       opKind = iota // partials/<kg>: k -> v
+	opPutResult                      // results/<pipeline>: k -> v
+	opExpire                         // partials/*, results/<pipeline>: delete the pipeline's windows ending before n
+	opPutEdge                        // edges: k -> v
+	opPutPipeline                    // pipelines/<pipeline>: k -> v, less the results opExpire deleted
+	opPutParked                      // parked: k -> v
+	opSweepParked                    // parked: delete the records parked before n
+	opDeleteParked                   // parked: delete the records under prefix k (a pipeline now configured)
+	opPutArchive                     // archive/log: k -> v
+	opPutArchiveSchema               // archive/schemas: k -> v
 )
 
 // op is one write; its key and value are ranges of writeSet.buf, which may
@@ -69,6 +71,10 @@ func (o *op) bucketOrder() uint64 {
 		return 6 << 32
 	case opSweepParked:
 		return 7 << 32 // after the puts, which it then counts as left
+	case opPutArchive:
+		return 9 << 32
+	case opPutArchiveSchema:
+		return 10 << 32
 	}
 	return 8 << 32 // opDeleteParked
 }
@@ -95,6 +101,8 @@ type writeSet struct {
 	// (filled afresh on every attempt).
 	sweeping bool
 	swept    sweepResult
+	// archLast is the highest archive log sequence among ops (0: none).
+	archLast uint64
 }
 
 // expired is what one transaction's expiry did to a pipeline's store.
@@ -113,6 +121,7 @@ func (ws *writeSet) reset() {
 	clear(ws.results) // drop references for the GC
 	ws.results = ws.results[:0]
 	ws.sweeping = false
+	ws.archLast = 0
 	ws.swept.ran = false
 	clear(ws.swept.swept)
 	ws.swept.swept = ws.swept.swept[:0]
@@ -182,6 +191,13 @@ func (h *Hub) commitLocked() error {
 	if ws.swept.ran {
 		h.finishSweep(&ws.swept)
 	}
+	if ws.archLast > 0 {
+		h.arch.last.Store(ws.archLast)
+		for _, pp := range ws.cat.pipes {
+			pp.archLogged = pp.archLogged || pp.archSchema != nil
+		}
+	}
+	archLogged := ws.archLast > 0
 	h.stats.CommitErr = ""
 	h.stats.Commits++
 	h.stats.Results += uint64(len(ws.results))
@@ -192,6 +208,9 @@ func (h *Hub) commitLocked() error {
 
 	h.publish(ws.results)
 	ws.reset()
+	if archLogged && h.cfg.ArchiveNotify != nil {
+		h.cfg.ArchiveNotify(h.arch.pending())
+	}
 	return nil
 }
 
@@ -365,6 +384,7 @@ func (h *Hub) emit(ws *writeSet, pp *pipe, w *window, emitted int64) {
 		Class:     pp.class,
 		Revisions: revs,
 	})
+	h.logResult(ws, pp, w, revs, emitted)
 }
 
 func appendVersion(dst []byte, v uint32) []byte {
@@ -413,6 +433,7 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 	edges := tx.Bucket(bucketEdges)
 	pipeRecs := tx.Bucket(bucketPipelines)
 	parked := tx.Bucket(bucketParked)
+	arch := tx.Bucket(bucketArchive)
 	kgs := make([]*bolt.Bucket, h.keyGroups)
 	kgBucketOf := func(kg uint32) (*bolt.Bucket, error) {
 		if kgs[kg] == nil {
@@ -491,8 +512,18 @@ func (h *Hub) write(tx *bolt.Tx, ws *writeSet) error {
 			err = h.sweepParked(ws.cat, parked, o.n, &ws.swept)
 		case opDeleteParked:
 			err = deletePrefix(parked, k, &ws.scratch)
+		case opPutArchive:
+			err = arch.Bucket(archiveLog).Put(k, v)
+		case opPutArchiveSchema:
+			err = arch.Bucket(archiveSchema).Put(k, v)
 		}
 		if err != nil {
+			return fmt.Errorf("hub: commit: %w", err)
+		}
+	}
+	if ws.archLast > 0 {
+		last := binary.BigEndian.AppendUint64(nil, ws.archLast)
+		if err := arch.Put(archiveLast, appendRecord(nil, archiveLast, last)); err != nil {
 			return fmt.Errorf("hub: commit: %w", err)
 		}
 	}

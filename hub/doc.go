@@ -150,6 +150,20 @@
 // adds. Results are upserts keyed by (pipeline, class, window, key,
 // version).
 //
+// # Archive log
+//
+// With Config.ArchiveMaxPending set, the commit that writes a result
+// version also appends it, with its aggregates' values, to the archive
+// log in the store (docs/formats/hub-store.md, bucket archive), in the
+// same transaction: a crash loses or keeps both. The archiver
+// (sync/archive, through ArchiveLog) takes the log to object storage and
+// saves its cursor, up to which the log is then trimmed. The hub never
+// waits for it; while it lags, the log grows, and at ArchiveMaxPending
+// results not archived Apply refuses batches with ErrArchiveFull
+// (Status.ArchiveRefused, logged at the 1st, 2nd, 4th, 8th, ... refusal),
+// so that edges keep their data rather than the hub dropping results.
+// ArchiveNotify tells the wiring after each commit that logged results.
+//
 // # Watermark and versions
 //
 // The hub watermark of a pipeline (a local one, or a class) is the
@@ -256,4 +270,7 @@
 //     closed) instead of slowing commits.
 //   - A failing commit is retried with the next one; until one succeeds,
 //     nothing more is acked and memory holds the unwritten changes.
+//   - The archive log's bound is checked when a batch arrives, and one
+//     commit may emit past it: the log can exceed ArchiveMaxPending by
+//     the results of a commit's watermark advance.
 package hub

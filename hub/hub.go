@@ -66,9 +66,18 @@ type Config struct {
 	ParkedQuota    int64                 // bytes of partials of unknown pipelines parked per edge (default 64 MiB; package doc, Unknown pipelines and revisions)
 	Resident       time.Duration         // emitted windows ending more than this before the hub watermark leave memory; a late partial reloads one (default 1h; package doc, Memory)
 	CommitInterval time.Duration         // group commit period (default 20ms)
-	NoSync         bool                  // bbolt NoSync, for tests and benchmarks only
-	Now            func() time.Time      // wall clock (default time.Now)
-	Logger         *slog.Logger
+	// ArchiveMaxPending turns the archive log on (package doc, Archive
+	// log): every commit logs the results it emits for the archiver, and
+	// batches are refused (ErrArchiveFull) while this many are logged and
+	// not yet archived. 0: no archive log.
+	ArchiveMaxPending uint64
+	// ArchiveNotify, when set, is called after each commit that logged
+	// results, with the results pending in the log. It runs under the
+	// commit lock: it must not block or call the hub.
+	ArchiveNotify func(pending uint64)
+	NoSync        bool             // bbolt NoSync, for tests and benchmarks only
+	Now           func() time.Time // wall clock (default time.Now)
+	Logger        *slog.Logger
 }
 
 // Resume is where an edge continues after Hello.
@@ -191,6 +200,10 @@ type Status struct {
 	PartialsParked, PartialsUnparked, ParkedExpired uint64
 	// Parked: what is parked now, per pipeline name.
 	Parked []ParkedPipeline
+	// ArchivePending: results in the archive log not yet archived;
+	// ArchiveRefused: batches refused with ErrArchiveFull since Open.
+	ArchivePending uint64
+	ArchiveRefused uint64
 }
 
 // The methods below are the contract with hub/server; see each doc.
@@ -331,6 +344,7 @@ type Hub struct {
 	refusals     incidents // batches refused
 	epochs       incidents // epochs refused
 	parking      parking   // partials and watermarks of unknown pipelines
+	arch         archiving // the archive log
 
 	subMu      sync.Mutex
 	subs       map[*subscriber]struct{}
@@ -484,6 +498,7 @@ func (h *Hub) Status() Status {
 	st.Refusals = h.refusals.recent(now)
 	st.EpochRefusals = h.epochs.recent(now)
 	st.Parked = h.parkedStatus()
+	st.ArchivePending = h.arch.pending()
 	return st
 }
 

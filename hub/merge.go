@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/sync/archive"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
 
@@ -52,6 +53,12 @@ type pipe struct {
 	minEnd  int64 // no group in ends ends before this
 
 	prefix []byte // the partials-bucket key prefix of the pipeline's windows
+
+	// The archive schema of its results (archive.go): made at the first
+	// result logged; archLogged once a commit wrote it.
+	archSchema *archive.Schema
+	archID     uint64
+	archLogged bool
 
 	wm        int64 // hub watermark, valid when hasWM
 	hasWM     bool

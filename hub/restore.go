@@ -50,6 +50,9 @@ func (h *Hub) restore() error {
 		if err := h.restorePartials(tx.Bucket(bucketPartials)); err != nil {
 			return err
 		}
+		if err := h.restoreArchive(tx); err != nil {
+			return err
+		}
 		return h.restoreParked(tx)
 	})
 }

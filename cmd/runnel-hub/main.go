@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/runnel-io/runnel/examples"
@@ -22,12 +23,18 @@ import (
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
+	"github.com/runnel-io/runnel/sync/archive"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, os.Args[1:], os.Environ(), os.Stderr)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "archive" {
+		err = runArchive(os.Args[2:], os.Environ(), os.Stdout)
+	} else {
+		err = run(ctx, os.Args[1:], os.Environ(), os.Stderr)
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		config.Usage(os.Stdout)
@@ -73,6 +80,23 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 		Retention: c.Merge.Retention, Resident: c.Merge.Resident, CommitInterval: c.Merge.CommitInterval,
 		MaxFuture: c.Merge.MaxFuture, Logger: lg,
 	}
+	// The archive (sync/archive) runs beside the hub on its archive log;
+	// the hub kicks it once a file's worth of results waits.
+	var (
+		archiveStore archive.Store
+		kick         atomic.Pointer[archive.Archiver]
+	)
+	if c.Archive.URL != "" {
+		if archiveStore, err = openArchiveStore(ctx, c); err != nil {
+			return err
+		}
+		hc.ArchiveMaxPending = uint64(c.Archive.MaxPending)
+		hc.ArchiveNotify = func(pending uint64) {
+			if a := kick.Load(); a != nil && pending >= uint64(c.Archive.MaxRowsPerFile) {
+				a.Kick()
+			}
+		}
+	}
 	// With the fleet API, its store (fleet.db) opens first: the hub
 	// opens knowing every managed revision (fleet.OpenWithHub).
 	var (
@@ -88,16 +112,34 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 		return fmt.Errorf("open the hub store in %s: %w", c.DataDir, err)
 	}
 	var fc server.FleetCore
-	closeAll := h.Close
+	closeHub := h.Close
 	if fl != nil {
 		fc = fl
-		closeAll = func() error { return errors.Join(fl.Close(), h.Close()) }
+		closeHub = func() error { return errors.Join(fl.Close(), h.Close()) }
+	}
+	closeAll := closeHub
+	var ac server.ArchiveCore
+	if archiveStore != nil {
+		ao := archiveOptions(c, archiveStore, h.ArchiveLog())
+		ao.Logger = lg
+		ar, err := archive.New(ao)
+		if err != nil {
+			return errors.Join(err, closeHub())
+		}
+		kick.Store(ar)
+		ac = ar
+		actx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); ar.Run(actx) }()
+		// The archiver stops before the store it reads closes.
+		closeAll = func() error { cancel(); <-done; return closeHub() }
+		lg.Info("runnel-hub: archiving results", "archive_url", c.Archive.URL, "staging_dir", c.Archive.StagingDir)
 	}
 	srv, err := server.New(h, server.Config{
 		GRPCAddr: c.GRPC.Addr, HTTPAddr: c.HTTP.Addr,
 		CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, Insecure: c.Plaintext(),
 		EdgeTokens: c.Auth.EdgeTokens, APIToken: c.Auth.APIToken,
-		Fleet: fc, FleetEdgeMetrics: server.EdgeMetrics(c.Fleet.EdgeMetrics),
+		Fleet: fc, FleetEdgeMetrics: server.EdgeMetrics(c.Fleet.EdgeMetrics), Archive: ac,
 		Version: version(), Logger: lg,
 	})
 	if err != nil {

@@ -1,8 +1,10 @@
 #!/bin/sh
 # install-deps.sh installs the servers that runnel's tests run against for
 # real: the Mosquitto broker and its command-line clients (Debian packages,
-# used by internal/testbroker), and the S3-compatible server versitygw
-# (built from the Go module proxy, used by internal/tests3). It is
+# used by internal/testbroker), the S3-compatible server versitygw
+# (built from the Go module proxy, used by internal/tests3), and DuckDB for
+# Node (install-duckdb.sh: the results archive's independent Parquet
+# reader, used by internal/testduckdb). It is
 # idempotent and fast when everything is present: it runs `apt-get update`
 # once, and only when a package is missing, and `go install` only when the
 # versitygw binary is missing (about 2-5 minutes cold, once per machine).
@@ -32,6 +34,9 @@ for pair in $NEEDED; do
 		missing="$missing $pkg"
 	fi
 done
+
+HERE=$(dirname "$0")
+sh "$HERE/install-duckdb.sh" ${1:-}
 
 # Where go install puts versitygw, and whether it is there (or on PATH, or
 # at $RUNNEL_VERSITYGW).

@@ -32,7 +32,22 @@ type Config struct {
 	Auth            Auth
 	Merge           Merge
 	Fleet           Fleet
+	Archive         Archive
 	Log             settings.Log
+}
+
+// Archive configures the results archive (sync/archive). After Load,
+// StagingDir is set (default: DataDir/archive-staging).
+type Archive struct {
+	URL              string // "": no archive
+	StagingDir       string
+	FlushInterval    time.Duration
+	MaxRowsPerFile   int
+	MaxPending       int
+	Compaction       bool
+	CompactionDelay  time.Duration
+	CompactionMemory int64
+	Retention        time.Duration
 }
 
 // Listener is a listen address, host:port.

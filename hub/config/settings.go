@@ -1,6 +1,9 @@
 package config
 
 import (
+	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/runnel-io/runnel/internal/settings"
@@ -83,8 +86,73 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "fleet.edge_metrics", Flag: "fleet-edge-metrics", Env: "RUNNEL_HUB_FLEET_EDGE_METRICS", Default: "auto",
 			Doc:   "Whether /metrics carries the per-edge fleet series (runnel_hub_fleet_edge_*{edge}, about 15 an edge): auto: while the fleet has at most 1,000 registered edges; always; or never. At 10,000 edges they are 150,000 series and a scrape takes 0.2 to 0.4 s; without them the aggregates stay (edges registered and connected, each deployment's counts, step and phase), and runnel_hub_fleet_per_edge_metrics says which it is.",
 			Value: settings.Enum(func(c *Config) *EdgeMetrics { return &c.Fleet.EdgeMetrics }, EdgeMetricsAuto, EdgeMetricsAlways, EdgeMetricsNever)},
+
+		{Path: "archive.url", Flag: "archive-url", Env: "RUNNEL_HUB_ARCHIVE_URL", Example: "file:///var/lib/runnel/archive",
+			Doc:   "Where the results archive goes, as Parquet files under pipeline=<p>/date=<yyyy-mm-dd>/hour=<hh>/ with a manifest per partition (docs/object-storage.md, Results archive): file:///absolute/dir, or s3://bucket/prefix. Empty: no archive (and no archive log).",
+			Value: settings.String(func(c *Config) *string { return &c.Archive.URL }, checkArchiveURL)},
+		{Path: "archive.staging_dir", Flag: "archive-staging-dir", Env: "RUNNEL_HUB_ARCHIVE_STAGING_DIR", DefaultDoc: "<data_dir>/archive-staging", Example: "/var/lib/runnel/archive-staging",
+			Doc:   "Local directory where Parquet files are built before they are uploaded (staged: invisible to readers until a manifest names them), and where compaction spills its sorted runs. Needs room for one flush and for a partition's compaction.",
+			Value: settings.Path(func(c *Config) *string { return &c.Archive.StagingDir }, nil)},
+		{Path: "archive.flush_interval", Flag: "archive-flush-interval", Env: "RUNNEL_HUB_ARCHIVE_FLUSH_INTERVAL", Default: "1m",
+			Doc:   "How often the results committed since the last flush are written to the archive and published (1s to 1h); earlier once archive.max_rows_per_file are waiting. Each flush adds a file to each partition it touches.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Archive.FlushInterval }, settings.Between(time.Second, time.Hour))},
+		{Path: "archive.max_rows_per_file", Flag: "archive-max-rows-per-file", Env: "RUNNEL_HUB_ARCHIVE_MAX_ROWS_PER_FILE", Default: "1000000",
+			Doc:   "Most result versions in one Parquet file a flush writes (1,000 to 100,000,000).",
+			Value: settings.Int(func(c *Config) *int { return &c.Archive.MaxRowsPerFile }, 1000, 100_000_000)},
+		{Path: "archive.max_pending", Flag: "archive-max-pending", Env: "RUNNEL_HUB_ARCHIVE_MAX_PENDING", Default: "10000000",
+			Doc:   "Most results the hub's archive log holds that are not archived yet (object storage down or slow). At the bound the hub refuses edge batches (Unavailable; counted as runnel_hub_archive_refused_total and logged), so the edges keep their data and resend it later: nothing is dropped. About 100 bytes a result in data_dir.",
+			Value: settings.Int(func(c *Config) *int { return &c.Archive.MaxPending }, 1000, 1<<40)},
+		{Path: "archive.compaction", Flag: "archive-compaction", Env: "RUNNEL_HUB_ARCHIVE_COMPACTION", Default: "true",
+			Doc:   "Compact each closed hour: merge a partition's files into one per schema, sorted by key, window and version, once the hour ended archive.compaction_delay ago (again if late results added files).",
+			Value: settings.Bool(func(c *Config) *bool { return &c.Archive.Compaction })},
+		{Path: "archive.compaction_delay", Flag: "archive-compaction-delay", Env: "RUNNEL_HUB_ARCHIVE_COMPACTION_DELAY", Default: "1h",
+			Doc:   "How long after its hour ends (by the hub's clock) a partition is compacted: make it cover most late corrections.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Archive.CompactionDelay }, settings.Positive)},
+		{Path: "archive.compaction_memory", Flag: "archive-compaction-memory", Env: "RUNNEL_HUB_ARCHIVE_COMPACTION_MEMORY", Default: "64MiB",
+			Doc:   "Memory a compaction sorts rows in before it spills a sorted run to archive.staging_dir (an external merge sort; 1MiB to 64GiB). The compaction's whole footprint is about this plus 4 MiB of run buffers plus one row group (65,536 rows) of the output.",
+			Value: settings.Size(func(c *Config) *int64 { return &c.Archive.CompactionMemory }, checkCompactionMemory)},
+		{Path: "archive.retention", Flag: "archive-retention", Env: "RUNNEL_HUB_ARCHIVE_RETENTION", Default: "0s",
+			Doc:   "Partitions whose hour ended longer ago than this by the hub's clock are deleted with their manifests (at least 1h); 0s: kept for ever. Independent of merge.retention, which is how long the hub itself keeps results.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Archive.Retention }, checkArchiveRetention)},
 	}, settings.LogSettings("RUNNEL_HUB_", func(c *Config) *settings.Log { return &c.Log })...),
 })
+
+// checkArchiveURL accepts "", file:///absolute/dir and s3://bucket[/prefix].
+func checkArchiveURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q is not a URL: %v", s, err)
+	case u.Scheme == "file":
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") || u.RawQuery != "" {
+			return fmt.Errorf("%q: a file URL names an absolute directory, file:///var/lib/runnel/archive", s)
+		}
+	case u.Scheme == "s3":
+		if u.Host == "" || u.RawQuery != "" || u.User != nil {
+			return fmt.Errorf("%q: an S3 URL is s3://bucket/prefix (credentials do not go in it)", s)
+		}
+	default:
+		return fmt.Errorf("%q: use file:///dir or s3://bucket/prefix", s)
+	}
+	return nil
+}
+
+func checkCompactionMemory(n int64) error {
+	if n < 1<<20 || n > 64<<30 {
+		return fmt.Errorf("%s is out of range; must be 1MiB to 64GiB", settings.ShowBytes(n))
+	}
+	return nil
+}
+
+func checkArchiveRetention(d time.Duration) error {
+	if d != 0 && d < time.Hour {
+		return fmt.Errorf("%s is below 1h, the span of a partition; 0s keeps the archive for ever", settings.ShowDuration(d))
+	}
+	return nil
+}
 
 // checkAddr checks a listen address of the hub.
 var checkAddr = settings.ListenAddr("127.0.0.1:7443")

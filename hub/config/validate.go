@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -77,6 +78,9 @@ func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 	}
 
 	v.DataDir("data_dir", c.DataDir)
+	if c.Archive.StagingDir == "" && c.DataDir != "" {
+		c.Archive.StagingDir = filepath.Join(c.DataDir, "archive-staging")
+	}
 	pipelines = v.SpecFiles("pipelines", c.Pipelines)
 	return pipelines
 }

@@ -66,8 +66,8 @@
 // codes: ErrFenced → FailedPrecondition (a batch of an older epoch; a
 // Hello with one is answered with the hub's epoch instead), ErrGap →
 // OutOfRange (reconnect, resume from the ack), ErrBadBatch and
-// ErrBadEpoch → InvalidArgument (with the reason), ErrClosed →
-// Unavailable. A *hub.RefusedError (some partials the hub
+// ErrBadEpoch → InvalidArgument (with the reason), ErrClosed and
+// ErrArchiveFull → Unavailable. A *hub.RefusedError (some partials the hub
 // will never accept) is InvalidArgument with a runnelv1.Refusal detail
 // naming the entries by sequence number with their reasons, at most 1000
 // of them with reasons cut to 256 bytes so that the trailer stays small;

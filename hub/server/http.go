@@ -44,9 +44,28 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		w.Write(runnelv1.OpenAPI)
 	})
 	mux.HandleFunc("GET /v1/pipelines/{pipeline}/results/events", s.events)
+	mux.HandleFunc("GET /v1/archive/status", s.archiveStatus)
 	mux.Handle("GET /healthz", health.Handler(s.report))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux, nil
+}
+
+// archiveStatus serves the archive's Status as JSON (what `runnel-hub
+// archive status` prints), to a caller the Results API would serve.
+func (s *Server) archiveStatus(w http.ResponseWriter, r *http.Request) {
+	const method = runnelv1.Results_QueryResults_FullMethodName
+	if _, err := s.tokens.apiCaller(bearerHeader(r), method, methodRoles[method]); err != nil {
+		httpError(w, err)
+		return
+	}
+	if s.cfg.Archive == nil {
+		httpError(w, status.Error(codes.NotFound, "this hub has no archive (archive.url is empty)"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(s.cfg.Archive.Status())
 }
 
 // httpError writes err (a gRPC status) as the gateway does: its HTTP

@@ -66,6 +66,7 @@ var (
 	descClamped     = prometheus.NewDesc("runnel_hub_watermarks_clamped_total", "Edge watermarks more than merge.max_future ahead of the hub's clock, held at that bound.", nil, nil)
 	descParked      = prometheus.NewDesc("runnel_hub_partials_parked_total", "Partials of pipelines or revisions the hub does not know, parked until it does.", nil, nil)
 	descUnparked    = prometheus.NewDesc("runnel_hub_partials_unparked_total", "Parked partials applied once the hub knew their pipeline: configured at open, or a managed revision created.", nil, nil)
+	descArchRefused = prometheus.NewDesc("runnel_hub_archive_refused_total", "Uplink batches refused (Unavailable) because archive.max_pending results waited for the archive; the edges resend them.", nil, nil)
 	descParkedExp   = prometheus.NewDesc("runnel_hub_parked_expired_total", "Parked partials deleted after merge.retention.", nil, nil)
 	descPParked     = prometheus.NewDesc("runnel_hub_parked_partials", "Partials parked now, per pipeline the hub does not know.", []string{"pipeline"}, nil)
 	descPParkedB    = prometheus.NewDesc("runnel_hub_parked_bytes", "Bytes parked now (partials and watermarks), per pipeline the hub does not know.", []string{"pipeline"}, nil)
@@ -76,7 +77,7 @@ var (
 func (c coreCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBatches, descBatchesDup, descPartials, descPartialsDup, descResults, descCommits,
 		descCommitSecs, descCommitOK, descEdgesLive, descEdgesKnown, descOpenWindows, descEvicted, descReloaded, descExpired,
-		descBRefused, descPRefused, descEpochs, descClamped, descParked, descUnparked, descParkedExp, descPParked, descPParkedB, descWatermark, descPResults} {
+		descBRefused, descPRefused, descEpochs, descClamped, descParked, descUnparked, descParkedExp, descArchRefused, descPParked, descPParkedB, descWatermark, descPResults} {
 		ch <- d
 	}
 }
@@ -114,6 +115,7 @@ func (c coreCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descParked, st.PartialsParked)
 	counter(descUnparked, st.PartialsUnparked)
 	counter(descParkedExp, st.ParkedExpired)
+	counter(descArchRefused, st.ArchiveRefused)
 	for _, p := range st.Parked {
 		gauge(descPParked, float64(p.Partials), p.Pipeline)
 		gauge(descPParkedB, float64(p.Bytes), p.Pipeline)

@@ -19,7 +19,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/prometheus/client_golang/prometheus"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
+	"github.com/runnel-io/runnel/sync/archive"
 	_ "github.com/runnel-io/runnel/sync/grpczstd" // edges may compress batches with zstd
 )
 
@@ -73,9 +75,21 @@ type Config struct {
 	// EdgeMetricsAuto (the default, ""), EdgeMetricsAlways or EdgeMetricsNever.
 	FleetEdgeMetrics EdgeMetrics
 
+	// Archive is the results archive (sync/archive), nil: none. Its
+	// metrics join /metrics and its status is served at
+	// GET /v1/archive/status (with a reader's token, like the results).
+	Archive ArchiveCore
+
 	Heartbeat time.Duration // SSE comment interval; default DefaultHeartbeat
 	Version   string        // reported by Health.Check
 	Logger    *slog.Logger  // default slog.Default()
+}
+
+// ArchiveCore is what the server needs of the results archive:
+// *archive.Archiver.
+type ArchiveCore interface {
+	Status() archive.Status
+	Collector() prometheus.Collector
 }
 
 // Server is the hub's network side. Start it, then Shutdown it; a
@@ -133,6 +147,9 @@ func New(core Core, cfg Config) (*Server, error) {
 		return nil, errors.New("server: no TLS certificate and key; set them, or allow plaintext explicitly (insecure)")
 	}
 	s.metrics = newMetrics(core, cfg.Fleet, cfg.FleetEdgeMetrics, s.report, s.log)
+	if cfg.Archive != nil {
+		s.metrics.reg.MustRegister(cfg.Archive.Collector())
+	}
 
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsgSize),

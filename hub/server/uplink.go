@@ -42,7 +42,7 @@ func coreError(err error) error {
 		code = codes.OutOfRange
 	case errors.Is(err, hub.ErrBadBatch), errors.Is(err, hub.ErrBadQuery), errors.Is(err, hub.ErrBadEpoch), errors.Is(err, hub.ErrBadRevision):
 		code = codes.InvalidArgument
-	case errors.Is(err, hub.ErrClosed):
+	case errors.Is(err, hub.ErrClosed), errors.Is(err, hub.ErrArchiveFull):
 		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())
