@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnel-io/runnel/internal/testcert"
 	"github.com/runnel-io/runnel/internal/testproc"
 )
 
@@ -56,7 +57,7 @@ type Mosquitto struct {
 	bin     string
 	dir     string
 	port    int
-	tls     tlsFiles // set when Options.TLS
+	tls     testcert.Files // set when Options.TLS
 	tlsPort int
 	conf    string
 	log     string
@@ -99,7 +100,7 @@ func StartWith(t testing.TB, opts Options) *Mosquitto {
 		log:  filepath.Join(dir, "mosquitto.log"),
 	}
 	if opts.TLS {
-		if m.tls, err = writeTLSFiles(dir); err != nil {
+		if m.tls, err = testcert.Write(dir); err != nil {
 			t.Fatalf("testbroker: TLS files: %v", err)
 		}
 		if m.tlsPort, err = freePort(); err != nil {

@@ -1,4 +1,8 @@
-package testbroker
+// Package testcert writes a throwaway CA and a server certificate for
+// 127.0.0.1 and localhost signed by it, for tests that run real servers
+// over TLS (internal/testbroker's Mosquitto, internal/tests3's versitygw).
+// The certificates are valid from an hour ago for a day.
+package testcert
 
 import (
 	"crypto/ecdsa"
@@ -15,16 +19,16 @@ import (
 	"time"
 )
 
-// tlsFiles are the PEM files of a throwaway CA and a server certificate
+// Files are the PEM files of a throwaway CA and a server certificate
 // for 127.0.0.1 that it signed.
-type tlsFiles struct {
+type Files struct {
 	CA, Cert, Key string
 }
 
-// writeTLSFiles creates a CA and a server certificate valid for 127.0.0.1
-// and "localhost" in dir.
-func writeTLSFiles(dir string) (tlsFiles, error) {
-	f := tlsFiles{
+// Write creates a CA (ca.pem) and a server certificate valid for 127.0.0.1
+// and "localhost" (server.pem, server.key) in dir.
+func Write(dir string) (Files, error) {
+	f := Files{
 		CA:   filepath.Join(dir, "ca.pem"),
 		Cert: filepath.Join(dir, "server.pem"),
 		Key:  filepath.Join(dir, "server.key"),
@@ -36,7 +40,7 @@ func writeTLSFiles(dir string) (tlsFiles, error) {
 	now := time.Now()
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "runnel testbroker CA"},
+		Subject:               pkix.Name{CommonName: "runnel test CA"},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
 		IsCA:                  true,
