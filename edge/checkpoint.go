@@ -412,8 +412,13 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	// Segments go once the checkpoint before this one covers them: bbolt
 	// opens the previous commit when the newest meta page is damaged, and
 	// that checkpoint must still find its log.
-	if err := n.log.DeleteBefore(ingestlog.Position(prev.LogPos)); err != nil {
-		n.lg.Warn("edge: delete ingest log segments", "before", prev.LogPos, "err", err)
+	// The raw archive lane keeps what it has not uploaded, within bounds.
+	del := ingestlog.Position(prev.LogPos)
+	if n.raw != nil {
+		del = n.rawDeleteBound(del)
+	}
+	if err := n.log.DeleteBefore(del); err != nil {
+		n.lg.Warn("edge: delete ingest log segments", "before", del, "err", err)
 	}
 	// What this checkpoint read of the file stays mapped otherwise, and the
 	// resident set would grow with the file (see state.Store.ReleasePages).

@@ -131,6 +131,17 @@ func (n *node) health(now time.Time) health.Report {
 	if n.cfg.Snapshots != nil {
 		n.snapshotCheck(now, add)
 	}
+	if l := n.raw; l != nil {
+		switch e, _ := l.lastErr.Load().(string); {
+		case e != "":
+			add("raw_archive", health.Degraded, "raw archive uploads fail (retried every %s): %s", l.cfg.Interval, e)
+		case l.skippedAt.Load() > 0 && now.Sub(time.UnixMilli(l.skippedAt.Load())) < recentWindow:
+			add("raw_archive", health.Degraded, "segments were deleted unarchived to keep the disk for aggregates (%d segments, %d bytes so far; the last at %s)",
+				l.skipped.Load(), l.skippedBytes.Load(), time.UnixMilli(l.skippedAt.Load()).UTC().Format(time.RFC3339))
+		default:
+			add("raw_archive", health.OK, "")
+		}
+	}
 	return health.NewReport(checks)
 }
 

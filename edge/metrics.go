@@ -56,6 +56,27 @@ func (n *node) registry() *prometheus.Registry {
 	reg.MustRegister(pipeCollector{n})
 	reg.MustRegister(health.Collector("runnel_edge_health", "The node's health checks: 0 ok, 1 degraded, 2 failing (check=\"node\": the worst).",
 		labels, func() health.Report { return n.health(time.Now()) }))
+	if l := n.raw; l != nil {
+		counter("runnel_edge_raw_archived_segments_total", "Sealed ingest-log segments uploaded to the raw archive.", func() float64 { return float64(l.segments.Load()) })
+		counter("runnel_edge_raw_archived_bytes_total", "Compressed bytes uploaded to the raw archive.", func() float64 { return float64(l.bytes.Load()) })
+		counter("runnel_edge_raw_archive_failures_total", "Raw archive uploads that failed (retried).", func() float64 { return float64(l.failures.Load()) })
+		counter("runnel_edge_raw_skipped_segments_total", "Segments deleted unarchived: the raw lane yielded to the disk cap or raw_archive.max_bytes.", func() float64 { return float64(l.skipped.Load()) })
+		counter("runnel_edge_raw_skipped_bytes_total", "Bytes of the segments deleted unarchived.", func() float64 { return float64(l.skippedBytes.Load()) })
+		gauge("runnel_edge_raw_yielding", "1 while the raw lane waits for the outbox to drain (aggregates first).", func() float64 {
+			if l.yielding.Load() {
+				return 1
+			}
+			return 0
+		})
+		gauge("runnel_edge_raw_pending_bytes", "Bytes of sealed segments not archived yet.", func() float64 {
+			pending, _ := n.rawPending(time.Now())
+			return float64(pending)
+		})
+		gauge("runnel_edge_raw_oldest_pending_age_seconds", "Age of the oldest sealed segment not archived yet (0: none).", func() float64 {
+			_, age := n.rawPending(time.Now())
+			return age.Seconds()
+		})
+	}
 	counter("runnel_edge_checkpoints_total", "Checkpoints committed.", func() float64 { return float64(n.status.checkpoints.Load()) })
 	gauge("runnel_edge_checkpoint_duration_seconds", "Duration of the last checkpoint commit.", func() float64 {
 		return time.Duration(n.status.checkpointNanos.Load()).Seconds()

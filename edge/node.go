@@ -64,6 +64,9 @@ type NodeConfig struct {
 	// the pipeline revisions the hub deploys to it, and may start with no
 	// pipelines of its own (agent.go, managed.go).
 	Fleet *FleetConfig
+	// RawArchive, when set, uploads sealed ingest-log segments to object
+	// storage before they are deleted (raw.go).
+	RawArchive *RawArchive
 
 	Logger *slog.Logger
 	// Started, when set, is called once the node runs and its MQTT source
@@ -141,6 +144,7 @@ type node struct {
 	applyReqs chan applyReq
 	fleet     fleetState
 	agent     agent
+	raw       *rawLane // nil: no raw archive lane (raw.go)
 
 	// Uplink: the outbox's committed end and a channel closed when it
 	// grows; the epoch; the hub's ack, applied by the next checkpoint.
@@ -273,6 +277,13 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	n.log = l
 	n.maxRecord = l.MaxRecordSize()
+	if cfg.RawArchive != nil {
+		if n.raw, err = newRawLane(cfg.RawArchive, cfg.DataDir, cfg.EdgeID, l.First()); err != nil {
+			l.Close(ctx)
+			st.Close()
+			return nil, err
+		}
+	}
 	if rec.TruncatedBytes > 0 {
 		lg.Warn("ingest log: cut a torn tail", "segment", rec.TruncatedSegment, "offset", rec.TruncatedOffset,
 			"bytes", rec.TruncatedBytes, "records", rec.TruncatedRecords, "reason", rec.TruncatedReason)
@@ -368,7 +379,7 @@ func (n *node) run(ctx context.Context) error {
 	g.Go(func() error { return n.writer(gctx) })
 	upCtx, stopUplink := context.WithCancel(gctx)
 	defer stopUplink()
-	upDone := make(chan error, 3)
+	upDone := make(chan error, 4)
 	readers := 0
 	if cfg.Uplink != nil {
 		readers++
@@ -381,6 +392,10 @@ func (n *node) run(ctx context.Context) error {
 	if n.sideQueue != nil {
 		readers++
 		go func() { upDone <- n.runSidePublisher(upCtx) }()
+	}
+	if n.raw != nil {
+		readers++
+		go func() { upDone <- n.runRawLane(upCtx) }()
 	}
 	stopReaders := func() error {
 		stopUplink()
@@ -793,23 +808,30 @@ func (n *node) feed(rec []byte, pos ingestlog.Position) error {
 		defer n.onFeed(r.payload)
 	}
 	for _, ps := range n.pipes {
-		var ierr error
-		switch {
-		case err != nil:
-			ierr = ps.rt.Reject(rec[:min(len(rec), oversizedPrefix)], "", int64(pos), err.Error())
-		case r.kind == recordClock:
-			ps.rt.Clock(r.clock)
-		case !matches(ps.p, r.topic):
-		case r.kind == recordOversized:
-			ierr = ps.rt.Reject(r.payload, r.topic, int64(pos), fmt.Sprintf(
-				"message of %d bytes is longer than the ingest log's record limit (%d bytes); its first %d bytes are kept here",
-				r.size, n.maxRecord, len(r.payload)))
-		default:
-			ierr = ps.rt.Ingest(r.payload, r.topic, int64(pos))
-		}
-		if ierr != nil {
+		if ierr := feedRecord(ps.rt, ps.p, rec, r, err, int64(pos), n.maxRecord); ierr != nil {
 			return ierr
 		}
+	}
+	return nil
+}
+
+// feedRecord hands one ingest-log record (rec, decoded as r, or err) at
+// pos to a pipeline's runtime, as the pump and an archive replay do: a
+// clock record moves its clock, a message of its topics is ingested, an
+// oversized or undecodable one is a dead letter.
+func feedRecord(rt *operators.Runtime, p *operators.Pipeline, rec []byte, r record, err error, pos int64, maxRecord int) error {
+	switch {
+	case err != nil:
+		return rt.Reject(rec[:min(len(rec), oversizedPrefix)], "", pos, err.Error())
+	case r.kind == recordClock:
+		rt.Clock(r.clock)
+	case !matches(p, r.topic):
+	case r.kind == recordOversized:
+		return rt.Reject(r.payload, r.topic, pos, fmt.Sprintf(
+			"message of %d bytes is longer than the ingest log's record limit (%d bytes); its first %d bytes are kept here",
+			r.size, maxRecord, len(r.payload)))
+	default:
+		return rt.Ingest(r.payload, r.topic, pos)
 	}
 	return nil
 }

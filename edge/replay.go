@@ -2,13 +2,16 @@ package edge
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/sync/rawarchive"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
 
@@ -16,10 +19,15 @@ import (
 type ReplayConfig struct {
 	Pipeline *operators.Pipeline
 	Input    io.Reader // JSON lines: one payload per line, file order is arrival order
-	Results  io.Writer // window results as JSON lines
-	Late     io.Writer // late records as JSON lines, each with its reason
-	Dead     io.Writer // dead letters as JSON lines, each with its reason
-	Runtime  operators.Options
+	// Records, when set, is the input instead: ingest-log records as the
+	// edge wrote them, with their positions (ArchivedRecords reads them
+	// from the raw archive). Clock records move the pipeline's clock as
+	// they did on the edge.
+	Records func(ctx context.Context, fn func(rec []byte, pos int64) error) error
+	Results io.Writer // window results as JSON lines
+	Late    io.Writer // late records as JSON lines, each with its reason
+	Dead    io.Writer // dead letters as JSON lines, each with its reason
+	Runtime operators.Options
 	// MaxLine bounds one payload; a longer line is a dead letter. Default 1 MiB.
 	MaxLine int
 }
@@ -45,7 +53,14 @@ func Replay(ctx context.Context, cfg ReplayConfig) (operators.Stats, error) {
 	if now := time.Now().UnixMilli(); now >= plausibleClock {
 		rt.Clock(now)
 	}
-	err = feedLines(cfg.Input, cfg.MaxLine, rt)
+	if cfg.Records != nil {
+		err = cfg.Records(ctx, func(rec []byte, pos int64) error {
+			r, derr := decodeRecord(rec)
+			return feedRecord(rt, cfg.Pipeline, rec, r, derr, pos, ingestlog.DefaultMaxRecordSize)
+		})
+	} else {
+		err = feedLines(cfg.Input, cfg.MaxLine, rt)
+	}
 	stats, cerr := rt.Close(err == nil)
 	if err == nil {
 		err = cerr
@@ -157,4 +172,45 @@ func (s *jsonLines) Dead(d *operators.DeadLetter) error {
 
 func (s *jsonLines) flush() error {
 	return errors.Join(s.res.Flush(), s.late.Flush(), s.dead.Flush())
+}
+
+// ArchivedRecords reads positions [from, to) (to 0: to the end) of an
+// edge's raw archive, for ReplayConfig.Records: each archived segment is
+// downloaded and verified whole (sizes, SHA-256, every frame's CRC) before
+// any of its records is passed on, so a damaged object stops the replay
+// with an error naming it rather than feeding part of it. Positions no
+// manifest covers (segments the edge deleted unarchived) are reported to
+// gap, when set, and skipped.
+func ArchivedRecords(a *rawarchive.Archive, from, to uint64, gap func(rawarchive.Gap)) func(ctx context.Context, fn func(rec []byte, pos int64) error) error {
+	return func(ctx context.Context, fn func(rec []byte, pos int64) error) error {
+		cat, err := a.Catalog(ctx)
+		if err != nil {
+			return err
+		}
+		picked, gaps := rawarchive.Range(cat, from, to)
+		if len(picked) == 0 {
+			return fmt.Errorf("edge: replay: the raw archive of edge %s holds no segment in positions %d to %d (%d segments archived)", a.Edge, from, to, len(cat))
+		}
+		if gap != nil {
+			for _, g := range gaps {
+				gap(g)
+			}
+		}
+		for _, m := range picked {
+			raw, err := a.Fetch(ctx, m)
+			if err != nil {
+				return err
+			}
+			_, err = ingestlog.ReadSegment(ctx, bytes.NewReader(raw), int64(len(raw)), m.Segment, func(pos ingestlog.Position, rec []byte) error {
+				if uint64(pos) < from || to != 0 && uint64(pos) >= to {
+					return nil
+				}
+				return fn(rec, int64(pos))
+			})
+			if err != nil {
+				return fmt.Errorf("edge: replay: archived segment %s: %w", m.Object, err)
+			}
+		}
+		return nil
+	}
 }

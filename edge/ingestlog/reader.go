@@ -30,9 +30,8 @@ type Reader struct {
 	pos      Position // position of the next record in it
 	frameOff int64    // offset of the frame it reads, for errors
 
-	dec *zstd.Decoder
-	raw []byte // decompressed block
-	err error  // sticky: damage or a read error
+	inf inflater
+	err error // sticky: damage or a read error
 }
 
 // NewReader returns a Reader whose first record is the one at from. from
@@ -169,7 +168,7 @@ func (r *Reader) loadFrame() error {
 	}
 	block := payload
 	if h.typ == frameTypeZstd {
-		if block, err = r.decompress(payload, int(h.rawLen)); err != nil {
+		if block, err = r.inf.decompress(payload, int(h.rawLen)); err != nil {
 			return corrupt(r.seg.name, r.off, "zstd block: %v", err)
 		}
 	}
@@ -181,9 +180,16 @@ func (r *Reader) loadFrame() error {
 	return nil
 }
 
+// inflater decompresses zstd blocks into one reused buffer.
+type inflater struct {
+	dec *zstd.Decoder
+	raw []byte // the last decompressed block
+}
+
 // decompress inflates a zstd block that must come to exactly rawLen bytes.
-func (r *Reader) decompress(payload []byte, rawLen int) ([]byte, error) {
-	if r.dec == nil {
+// The result is valid until the next call.
+func (f *inflater) decompress(payload []byte, rawLen int) ([]byte, error) {
+	if f.dec == nil {
 		// Bounded by the block limit and by the buffer's capacity, so that
 		// a frame that lies about its size cannot make us allocate more.
 		d, err := zstd.NewReader(nil,
@@ -193,12 +199,12 @@ func (r *Reader) decompress(payload []byte, rawLen int) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.dec = d
+		f.dec = d
 	}
-	if cap(r.raw) < rawLen {
-		r.raw = make([]byte, 0, rawLen)
+	if cap(f.raw) < rawLen {
+		f.raw = make([]byte, 0, rawLen)
 	}
-	out, err := r.dec.DecodeAll(payload, r.raw[:0:rawLen])
+	out, err := f.dec.DecodeAll(payload, f.raw[:0:rawLen])
 	if err != nil {
 		return nil, err
 	}
@@ -208,12 +214,16 @@ func (r *Reader) decompress(payload []byte, rawLen int) ([]byte, error) {
 	return out, nil
 }
 
+func (f *inflater) close() {
+	if f.dec != nil {
+		f.dec.Close()
+		f.dec = nil
+	}
+}
+
 // Close releases the Reader's file and decoder.
 func (r *Reader) Close() error {
-	if r.dec != nil {
-		r.dec.Close()
-		r.dec = nil
-	}
+	r.inf.close()
 	if r.f == nil {
 		return nil
 	}

@@ -16,7 +16,7 @@ const scanAhead = 1 << 20
 // window reads a file front to back through one buffer, so that a small
 // frame costs a copy rather than a system call.
 type window struct {
-	f     File
+	f     io.ReaderAt
 	start int64  // file offset of data[0]
 	data  []byte // file bytes [start, start+len(data))
 	ahead int

@@ -1,0 +1,260 @@
+package edge_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/runnel-io/runnel/edge"
+	"github.com/runnel-io/runnel/edge/ingestlog"
+	"github.com/runnel-io/runnel/edge/mqtt"
+	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/sync/rawarchive"
+)
+
+// rawStore is an in-memory object store for the lane (never overwrites);
+// down makes every call fail, as an unreachable S3 endpoint does.
+type rawStore struct {
+	mu   sync.Mutex
+	objs map[string][]byte
+	down atomic.Bool
+}
+
+var errDown = errors.New("object store unreachable")
+
+func (s *rawStore) Put(_ context.Context, key string, r io.Reader, _ int64) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if s.down.Load() {
+		return errDown
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.objs[key]; ok {
+		return rawarchive.ErrExists
+	}
+	s.objs[key] = b
+	return nil
+}
+
+func (s *rawStore) Get(_ context.Context, key string) (io.ReadCloser, error) {
+	if s.down.Load() {
+		return nil, errDown
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.objs[key]
+	if !ok {
+		return nil, rawarchive.ErrNotFound
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+func (s *rawStore) List(_ context.Context, prefix string) ([]string, error) {
+	if s.down.Load() {
+		return nil, errDown
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.objs {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func waitMetric(t *testing.T, addr, name string, ok func(float64) bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		v, err := strconv.ParseFloat(metric(t, addr, name), 64)
+		if err == nil && ok(v) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %q: never reached", name, metric(t, addr, name))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// messagesIn counts the message records (not clock records) of positions
+// [from, ...) of a stopped node's ingest log.
+func messagesIn(t *testing.T, dir string, from uint64) int {
+	t.Helper()
+	ctx := context.Background()
+	l, _, err := ingestlog.Open(ctx, dir+"/log", &ingestlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(ctx)
+	if uint64(l.First()) > from {
+		t.Fatalf("the log starts at %d: positions %d to %d are neither archived nor on disk", l.First(), from, l.First())
+	}
+	r, err := l.NewReader(ingestlog.Position(from))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := 0
+	for {
+		rec, _, err := r.Next()
+		if err == io.EOF {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec[0] != 0 { // a topic length; control records have none
+			n++
+		}
+	}
+}
+
+func replayCount(t *testing.T, p *operators.Pipeline, src func(context.Context, func([]byte, int64) error) error) (count int64, stats operators.Stats) {
+	t.Helper()
+	var res bytes.Buffer
+	st, err := edge.Replay(context.Background(), edge.ReplayConfig{Pipeline: p, Records: src, Results: &res, Late: io.Discard, Dead: io.Discard})
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(res.String()), "\n") {
+		if !strings.Contains(line, `"dev":"a"`) {
+			continue
+		}
+		i := strings.Index(line, `"n":`)
+		if i < 0 {
+			t.Fatalf("result without n: %s", line)
+		}
+		v, _ := strconv.ParseInt(strings.TrimRight(line[i+4:i+4+strings.IndexAny(line[i+4:], ",}")], " "), 10, 64)
+		count = max(count, v)
+	}
+	return count, st
+}
+
+// TestRawArchiveLane: every sealed segment reaches the archive before the
+// checkpoint writer deletes it; a replay of the archive plus what is left
+// on disk counts every message once.
+func TestRawArchiveLane(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, countSpec)
+	const addr = "127.0.0.1:19481"
+	st := &rawStore{objs: map[string][]byte{}}
+	cfg := edge.NodeConfig{EdgeID: "raw-1", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond,
+		HTTPAddr: addr, NoSync: true, IngestLog: ingestlog.Options{SegmentSize: 4 << 10},
+		RawArchive: &edge.RawArchive{Archive: &rawarchive.Archive{Store: st}, Interval: 10 * time.Millisecond}}
+	stop := runNode(t, cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	const n = 600
+	for i := range n {
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"pad":"%032d"}`, i, 1000+i, i), 1)
+	}
+	waitMetric(t, addr, "runnel_edge_records_in_total", func(v float64) bool { return v == n })
+	waitMetric(t, addr, "runnel_edge_raw_archived_segments_total", func(v float64) bool { return v >= 5 })
+	waitMetric(t, addr, "runnel_edge_raw_pending_bytes", func(v float64) bool { return v == 0 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	a := &rawarchive.Archive{Store: st, Edge: "raw-1"}
+	cat, err := a.Catalog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	picked, gaps := rawarchive.Range(cat, 0, 0)
+	if len(gaps) != 0 || len(picked) == 0 || picked[0].First != 0 {
+		t.Fatalf("archive: %d segments from %d, gaps %v; want every position from 0", len(picked), picked[0].First, gaps)
+	}
+	end := picked[len(picked)-1].End
+	archived, _ := replayCount(t, p, edge.ArchivedRecords(a, 0, 0, nil))
+	local := messagesIn(t, data, end)
+	if archived+int64(local) != n || archived == 0 {
+		t.Fatalf("archive counts %d messages, the log on disk %d after it: %d in all, want %d", archived, local, archived+int64(local), n)
+	}
+}
+
+// TestRawArchiveYields: the raw lane never costs an aggregate. With the
+// store down, segments past raw_archive.max_bytes are given up (counted,
+// and a gap in the archive) while every message is counted; behind a full
+// outbox it waits.
+func TestRawArchiveYields(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, countSpec)
+	const addr = "127.0.0.1:19482"
+	st := &rawStore{objs: map[string][]byte{}}
+	st.down.Store(true)
+	cfg := edge.NodeConfig{EdgeID: "raw-2", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond,
+		HTTPAddr: addr, NoSync: true, IngestLog: ingestlog.Options{SegmentSize: 4 << 10},
+		RawArchive: &edge.RawArchive{Archive: &rawarchive.Archive{Store: st}, Interval: 10 * time.Millisecond, MaxBytes: 8 << 10}}
+	stop := runNode(t, cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	const n = 600
+	for i := range n {
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"pad":"%032d"}`, i, 1000+i, i), 1)
+	}
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1) // closes the window
+	waitMetric(t, addr, "runnel_edge_records_in_total", func(v float64) bool { return v == n+1 })
+	waitMetric(t, addr, "runnel_edge_raw_skipped_segments_total", func(v float64) bool { return v >= 3 })
+	waitMetric(t, addr, "runnel_edge_raw_archive_failures_total", func(v float64) bool { return v > 0 })
+	if got := metric(t, addr, `runnel_edge_health{check="raw_archive"`); got == "0" {
+		t.Errorf("health raw_archive ok while uploads fail")
+	}
+	// The store comes back: what is still on disk is archived.
+	st.down.Store(false)
+	waitMetric(t, addr, "runnel_edge_raw_pending_bytes", func(v float64) bool { return v == 0 })
+	waitMetric(t, addr, "runnel_edge_raw_archived_segments_total", func(v float64) bool { return v >= 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := latestCount(t, p, data, `{"dev":"a"}`); got != n {
+		t.Fatalf("counted %d, want %d: the raw lane cost aggregates", got, n)
+	}
+	a := &rawarchive.Archive{Store: st, Edge: "raw-2"}
+	cat, err := a.Catalog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, gaps := rawarchive.Range(cat, 0, 0); len(cat) == 0 || cat[0].First == 0 && len(gaps) == 0 {
+		t.Fatalf("archive %d segments from %v, no gap: the given-up segments must show", len(cat), cat)
+	}
+	var gaps []rawarchive.Gap
+	replayCount(t, p, edge.ArchivedRecords(a, 0, 0, func(g rawarchive.Gap) { gaps = append(gaps, g) }))
+	if len(gaps) == 0 && cat[0].First == 0 {
+		t.Fatal("a replay over the archive reported no gap")
+	}
+
+	// Behind an outbox above the yield mark (no uplink drains it) the lane
+	// waits.
+	st2 := &rawStore{objs: map[string][]byte{}}
+	cfg.DataDir, cfg.EdgeID = t.TempDir(), "raw-3"
+	cfg.RawArchive = &edge.RawArchive{Archive: &rawarchive.Archive{Store: st2}, Interval: 10 * time.Millisecond, YieldOutboxBytes: 1}
+	stop = runNode(t, cfg)
+	for i := range 200 {
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"pad":"%032d"}`, i, 5000+i, i), 1)
+	}
+	waitMetric(t, addr, "runnel_edge_raw_yielding", func(v float64) bool { return v == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(st2.objs) != 0 {
+		t.Fatalf("the lane uploaded %d objects while the outbox was above the yield mark", len(st2.objs))
+	}
+}
