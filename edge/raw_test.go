@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
@@ -43,7 +44,7 @@ func (s *rawStore) Put(_ context.Context, key string, r io.Reader, _ int64) erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.objs[key]; ok {
-		return rawarchive.ErrExists
+		return checkpoint.ErrExists
 	}
 	s.objs[key] = b
 	return nil
@@ -57,7 +58,7 @@ func (s *rawStore) Get(_ context.Context, key string) (io.ReadCloser, error) {
 	defer s.mu.Unlock()
 	b, ok := s.objs[key]
 	if !ok {
-		return nil, rawarchive.ErrNotFound
+		return nil, checkpoint.ErrNotFound
 	}
 	return io.NopCloser(bytes.NewReader(b)), nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -25,8 +26,10 @@ import (
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/examples"
+	"github.com/runnel-io/runnel/internal/settings"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
+	"github.com/runnel-io/runnel/sync/rawarchive"
 	"github.com/runnel-io/runnel/sync/uplink"
 	"github.com/runnel-io/runnel/window/aggregate"
 )
@@ -90,7 +93,9 @@ var errUsage = errors.New("usage")
 func replay(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	pipeline := fs.String("pipeline", "", "pipeline spec (YAML)")
-	input := fs.String("input", "-", "recorded payloads, one JSON document per line (- for stdin)")
+	input := fs.String("input", "-", "recorded payloads, one JSON document per line (- for stdin); or an edge's raw archive, STORE/EDGE-ID with STORE a raw_archive.store URL (file:///path, s3://bucket/prefix)")
+	fromPos := fs.Uint64("from", 0, "with a raw archive input: the first ingest-log position to replay")
+	toPos := fs.Uint64("to", 0, "with a raw archive input: the position to stop before (0: the end of the archive)")
 	output := fs.String("output", "-", "where window results go, JSON lines (- for stdout)")
 	late := fs.String("late", "", "where late records go, JSON lines (default stderr)")
 	dead := fs.String("dead-letter", "", "where dead letters go, JSON lines (default stderr)")
@@ -107,12 +112,35 @@ func replay(ctx context.Context, args []string) error {
 		return err
 	}
 	p := ps[0]
-	in, closeIn, err := openIn(*input)
-	if err != nil {
-		return err
+	cfg := edge.ReplayConfig{Pipeline: p, Runtime: operators.Options{Workers: *workers}}
+	if strings.Contains(*input, "://") {
+		storeURL, edgeID, id, err := checkpoint.ParseRef(*input)
+		if err != nil {
+			return err
+		}
+		if id != 0 {
+			return fmt.Errorf("%w: replay --input %s: a raw archive is read by positions (--from, --to), not @checkpoint", errUsage, *input)
+		}
+		schemes, err := envStoreSchemes(ctx)
+		if err != nil {
+			return err
+		}
+		st, err := checkpoint.OpenStore(storeURL, schemes)
+		if err != nil {
+			return err
+		}
+		a := &rawarchive.Archive{Store: st, Edge: edgeID}
+		cfg.Records = edge.ArchivedRecords(a, *fromPos, *toPos, func(g rawarchive.Gap) {
+			fmt.Fprintf(os.Stderr, "runnel-edge: replay: positions %d to %d are not in the archive (deleted unarchived on the edge); skipped\n", g.From, g.To)
+		})
+	} else {
+		in, closeIn, err := openIn(*input)
+		if err != nil {
+			return err
+		}
+		defer closeIn()
+		cfg.Input = in
 	}
-	defer closeIn()
-	cfg := edge.ReplayConfig{Pipeline: p, Input: in, Runtime: operators.Options{Workers: *workers}}
 	var closers []func() error
 	defer func() {
 		for _, c := range closers {
@@ -206,7 +234,7 @@ func run(ctx context.Context, args, environ []string) error {
 		ps = append(ps, p)
 		lg.Info("runnel-edge: no pipelines configured; running the built-in demo pipeline", "pipeline", p.Name)
 	}
-	nc, err := nodeConfig(c, ps, lg)
+	nc, err := nodeConfig(ctx, c, ps, lg)
 	if err != nil {
 		return err
 	}
@@ -224,7 +252,7 @@ func run(ctx context.Context, args, environ []string) error {
 }
 
 // nodeConfig translates the loaded config into the node's.
-func nodeConfig(c *config.Config, ps []*operators.Pipeline, lg *slog.Logger) (edge.NodeConfig, error) {
+func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline, lg *slog.Logger) (edge.NodeConfig, error) {
 	nc := edge.NodeConfig{
 		EdgeID: c.EdgeID, DataDir: c.DataDir, Pipelines: ps, EmbeddedAddr: c.Broker.EmbeddedAddr,
 		Broker: mqtt.Config{
@@ -275,21 +303,44 @@ func nodeConfig(c *config.Config, ps []*operators.Pipeline, lg *slog.Logger) (ed
 		}
 	}
 	nc.DropAtCap = c.DiskCap.Policy == config.PolicyDropRaw
+	schemes := storeSchemes(ctx, c.ObjectStore, lg)
 	if c.Snapshot.Store != "" {
-		st, err := checkpoint.OpenStore(c.Snapshot.Store, snapshotSchemes)
+		st, err := checkpoint.OpenStore(c.Snapshot.Store, schemes)
 		if err != nil {
 			return edge.NodeConfig{}, err
 		}
 		nc.Snapshots = &edge.SnapshotConfig{Store: st, Interval: c.Snapshot.Interval, Keep: c.Snapshot.Keep, Version: version()}
 	}
+	if c.RawArchive.Store != "" {
+		st, err := checkpoint.OpenStore(c.RawArchive.Store, schemes)
+		if err != nil {
+			return edge.NodeConfig{}, fmt.Errorf("raw_archive.store: %w", err)
+		}
+		nc.RawArchive = &edge.RawArchive{Archive: &rawarchive.Archive{Store: st}, Interval: c.RawArchive.Interval,
+			YieldOutboxBytes: c.RawArchive.YieldOutboxBytes, MaxBytes: c.RawArchive.MaxBytes}
+	}
 	return nc, nil
 }
 
-// snapshotSchemes opens the snapshot stores of URL schemes other than
-// file:// (and plain paths): s3:// is wired here to sync/objstore, its
-// "not found" and "exists" errors mapped to checkpoint.ErrNotFound and
-// checkpoint.ErrExists.
-var snapshotSchemes = map[string]checkpoint.Opener{}
+// storeSchemes opens the stores of URL schemes other than file:// (and
+// plain paths): s3:// is a sync/objstore Bucket reached with the
+// object_store.* settings (its errors match checkpoint's sentinels).
+func storeSchemes(ctx context.Context, o settings.ObjectStore, lg *slog.Logger) map[string]checkpoint.Opener {
+	return map[string]checkpoint.Opener{
+		"s3": func(u *url.URL) (checkpoint.Store, error) { return o.Open(ctx, u.String(), lg) },
+	}
+}
+
+// envStoreSchemes is storeSchemes for the commands that take no config
+// file (restore, snapshots, replay): the object_store.* settings come
+// from the environment (RUNNEL_OBJECT_STORE_*, and AWS_* credentials).
+func envStoreSchemes(ctx context.Context) (map[string]checkpoint.Opener, error) {
+	c, err := config.Load("", nil, os.Environ())
+	if err != nil {
+		return nil, err
+	}
+	return storeSchemes(ctx, c.ObjectStore, slog.New(slog.NewTextHandler(os.Stderr, nil))), nil
+}
 
 func outbox(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("outbox", flag.ContinueOnError)

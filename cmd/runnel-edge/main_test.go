@@ -103,7 +103,7 @@ func TestNodeConfigSideOutputs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nc, err := nodeConfig(c, nil, slog.New(slog.DiscardHandler))
+		nc, err := nodeConfig(context.Background(), c, nil, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,11 @@ func restore(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := checkpoint.OpenStore(storeURL, snapshotSchemes)
+	schemes, err := envStoreSchemes(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := checkpoint.OpenStore(storeURL, schemes)
 	if err != nil {
 		return err
 	}
@@ -68,7 +72,11 @@ func snapshots(ctx context.Context, args []string) error {
 	if id != 0 {
 		return fmt.Errorf("%w: snapshots list takes STORE/EDGE-ID, without @CHECKPOINT", errUsage)
 	}
-	st, err := checkpoint.OpenStore(storeURL, snapshotSchemes)
+	schemes, err := envStoreSchemes(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := checkpoint.OpenStore(storeURL, schemes)
 	if err != nil {
 		return err
 	}

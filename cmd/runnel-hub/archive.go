@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -19,28 +20,23 @@ import (
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/hub/config"
 	"github.com/runnel-io/runnel/sync/archive"
+	"github.com/runnel-io/runnel/sync/objstore"
 )
 
-// openS3 opens an s3:// archive URL. It is the hook for sync/objstore:
-//
-//	openS3 = func(ctx context.Context, c *config.Config) (archive.Store, error) {
-//		b, err := objstore.Open(ctx, objstore.Config{URL: c.Archive.URL, ...})
-//		if err != nil {
-//			return nil, err
-//		}
-//		return archive.Adapt(b, objstore.ErrExists, objstore.ErrNotFound), nil
-//	}
-//
-// nil until that package is wired: an s3:// URL is then refused at start.
-var openS3 func(ctx context.Context, c *config.Config) (archive.Store, error)
+// openS3 opens an s3:// archive URL: a sync/objstore Bucket reached with
+// the object_store.* settings.
+func openS3(ctx context.Context, c *config.Config, lg *slog.Logger) (archive.Store, error) {
+	b, err := c.ObjectStore.Open(ctx, c.Archive.URL, lg)
+	if err != nil {
+		return nil, fmt.Errorf("archive.url: %w", err)
+	}
+	return archive.Adapt(b, objstore.ErrExists, objstore.ErrNotFound), nil
+}
 
 // openArchiveStore opens the store archive.url names.
 func openArchiveStore(ctx context.Context, c *config.Config) (archive.Store, error) {
 	if strings.HasPrefix(c.Archive.URL, "s3://") {
-		if openS3 == nil {
-			return nil, errors.New("archive.url: s3:// archives need sync/objstore, which this build does not wire yet; use file:///dir")
-		}
-		return openS3(ctx, c)
+		return openS3(ctx, c, slog.Default())
 	}
 	st, err := archive.OpenURL(c.Archive.URL)
 	if err != nil {

@@ -35,6 +35,8 @@ type Config struct {
 	SideOutputs     SideOutputs
 	Dedup           Dedup
 	Snapshot        Snapshot
+	RawArchive      RawArchive
+	ObjectStore     settings.ObjectStore
 	Uplink          Uplink
 	Labels          []string // key=value
 	Fleet           Fleet
@@ -122,6 +124,14 @@ type SideOutputs struct {
 // Dedup configures the dropping of MQTT redeliveries by event id.
 type Dedup struct {
 	IDs int // how many of the latest event ids are remembered
+}
+
+// RawArchive configures the raw archive lane (edge.RawArchive).
+type RawArchive struct {
+	Store            string // URL; empty: off
+	Interval         time.Duration
+	YieldOutboxBytes int64
+	MaxBytes         int64
 }
 
 // Snapshot configures the snapshots of the edge's state to a store, which

@@ -145,6 +145,19 @@ var table = settings.New(settings.Table[Config]{
 			Doc:   "How many complete snapshots stay in the store (1 to 1000); older ones are deleted once a new one is complete.",
 			Value: settings.Int(func(c *Config) *int { return &c.Snapshot.Keep }, 1, 1000)},
 
+		{Path: "raw_archive.store", Flag: "raw-archive-store", Env: "RUNNEL_RAW_ARCHIVE_STORE", Example: "s3://lake/runnel",
+			Doc:   "Where sealed ingest-log segments go, compressed, before the edge deletes them, under `<edge_id>/raw/<yyyy>/<mm>/<dd>/` with a manifest each (docs/formats/raw-archive.md): file:///path, an absolute path, or s3://bucket/prefix. `runnel-edge replay --input <store>/<edge_id>` re-runs a pipeline over them. The lane yields to the uplink (raw_archive.yield_outbox_bytes) and to the disk cap. Empty: no raw archive.",
+			Value: settings.String(func(c *Config) *string { return &c.RawArchive.Store }, checkSnapshotStore)},
+		{Path: "raw_archive.interval", Flag: "raw-archive-interval", Env: "RUNNEL_RAW_ARCHIVE_INTERVAL", Default: "10s",
+			Doc:   "How often the raw lane looks for sealed segments, and retries after a failed upload.",
+			Value: settings.Duration(func(c *Config) *time.Duration { return &c.RawArchive.Interval }, settings.Positive)},
+		{Path: "raw_archive.yield_outbox_bytes", Flag: "raw-archive-yield-outbox-bytes", Env: "RUNNEL_RAW_ARCHIVE_YIELD_OUTBOX_BYTES", Default: "256KiB",
+			Doc:   "The raw lane uploads only while the outbox holds at most this much: on a constrained link the aggregates go first.",
+			Value: settings.Size(func(c *Config) *int64 { return &c.RawArchive.YieldOutboxBytes }, positiveSize)},
+		{Path: "raw_archive.max_bytes", Flag: "raw-archive-max-bytes", Env: "RUNNEL_RAW_ARCHIVE_MAX_BYTES", Default: "1GiB",
+			Doc:   "Most bytes of segments a checkpoint already covers that the edge keeps only for the raw lane (say while the store is down). Past it, and when the disk cap has no room for another segment, the oldest are deleted unarchived, counted in runnel_edge_raw_skipped_segments_total and logged: the archive then has a gap, the aggregates lose nothing.",
+			Value: settings.Size(func(c *Config) *int64 { return &c.RawArchive.MaxBytes }, positiveSize)},
+
 		{Path: "uplink.hub", Flag: "uplink-hub", Env: "RUNNEL_UPLINK_HUB", Example: "hub.example.com:7443",
 			Doc:   "host:port of the hub's gRPC listener. Committed window results are sent there and deleted once the hub has made them durable. Empty: no uplink (the outbox grows up to the disk cap).",
 			Value: settings.String(func(c *Config) *string { return &c.Uplink.Hub }, settings.OrEmpty(checkAddr))},
@@ -183,7 +196,8 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "http.allow_remote", Flag: "http-allow-remote", Env: "RUNNEL_HTTP_ALLOW_REMOTE", Default: "false",
 			Doc:   "Let http.addr be beyond loopback. /metrics, /healthz, /debug/pprof and /admin/snapshot have no authentication: anyone who can reach them can read the edge's metrics, profile it and make it take snapshots. Put a proxy with authentication in front, or scrape over loopback, rather than set this.",
 			Value: settings.Bool(func(c *Config) *bool { return &c.HTTP.AllowRemote })},
-	}, settings.LogSettings("RUNNEL_", func(c *Config) *settings.Log { return &c.Log })...),
+	}, append(settings.ObjectStoreSettings("RUNNEL_", func(c *Config) *settings.ObjectStore { return &c.ObjectStore }),
+		settings.LogSettings("RUNNEL_", func(c *Config) *settings.Log { return &c.Log })...)...),
 })
 
 // minSegmentSize is the smallest segment the ingest log accepts

@@ -33,6 +33,7 @@ type Config struct {
 	Merge           Merge
 	Fleet           Fleet
 	Archive         Archive
+	ObjectStore     settings.ObjectStore // how s3:// URLs are reached
 	Log             settings.Log
 }
 

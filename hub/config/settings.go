@@ -114,7 +114,8 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "archive.retention", Flag: "archive-retention", Env: "RUNNEL_HUB_ARCHIVE_RETENTION", Default: "0s",
 			Doc:   "Partitions whose hour ended longer ago than this by the hub's clock are deleted with their manifests (at least 1h); 0s: kept for ever. Independent of merge.retention, which is how long the hub itself keeps results.",
 			Value: settings.Duration(func(c *Config) *time.Duration { return &c.Archive.Retention }, checkArchiveRetention)},
-	}, settings.LogSettings("RUNNEL_HUB_", func(c *Config) *settings.Log { return &c.Log })...),
+	}, append(settings.ObjectStoreSettings("RUNNEL_HUB_", func(c *Config) *settings.ObjectStore { return &c.ObjectStore }),
+		settings.LogSettings("RUNNEL_HUB_", func(c *Config) *settings.Log { return &c.Log })...)...),
 })
 
 // checkArchiveURL accepts "", file:///absolute/dir and s3://bucket[/prefix].

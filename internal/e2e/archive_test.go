@@ -22,9 +22,11 @@ import (
 
 	"github.com/runnel-io/runnel/internal/testduckdb"
 	"github.com/runnel-io/runnel/internal/testproc"
+	"github.com/runnel-io/runnel/internal/tests3"
 	"github.com/runnel-io/runnel/operators"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/archive"
+	"github.com/runnel-io/runnel/sync/objstore"
 	"github.com/runnel-io/runnel/sync/uplink"
 	"github.com/runnel-io/runnel/sync/uplink/uplinktest"
 	"github.com/runnel-io/runnel/window/aggregate"
@@ -43,7 +45,8 @@ aggregates:
 `
 
 // TestArchiveSurvivesHubKills runs a real runnel-hub archiving to a
-// directory while an edge (the real uplink, an in-memory outbox) sends it
+// bucket of a real S3 server (versitygw; and, with fewer kills, to a
+// directory) while an edge (the real uplink, an in-memory outbox) sends it
 // windows and late corrections of them, and SIGKILLs the hub at random
 // moments 24 times, restarting it each time. Afterwards every result
 // version the hub's query API holds is in the archive exactly once,
@@ -54,6 +57,11 @@ func TestArchiveSurvivesHubKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a hub 24 times")
 	}
+	t.Run("s3", func(t *testing.T) { testArchiveSurvivesHubKills(t, 24, true) })
+	t.Run("dir", func(t *testing.T) { testArchiveSurvivesHubKills(t, 6, false) })
+}
+
+func testArchiveSurvivesHubKills(t *testing.T, kills int, s3 bool) {
 	dir := t.TempDir()
 	testproc.Build(t, dir, "../../cmd/runnel-hub")
 	write := func(name, s string) string {
@@ -66,13 +74,32 @@ func TestArchiveSurvivesHubKills(t *testing.T) {
 	const token = "archive-edge-token-0123456789"
 	spec := write("arch.yaml", archiveSpec)
 	tokens := write("tokens", "gw-1 "+token+"\n")
+	// arch is where the archive's objects are as files: the directory, or
+	// the bucket's prefix in versitygw's posix backend (DuckDB reads them
+	// there: it has no S3 access here).
 	arch := filepath.Join(dir, "archive")
+	archURL := []string{"--archive-url", "file://" + arch}
+	var store archive.Store
+	if s3 {
+		srv := tests3.Start(t)
+		arch = filepath.Join(srv.Dir(), "runnel-test", "results")
+		archURL = []string{"--archive-url", "s3://runnel-test/results", "--object-store-endpoint", srv.Endpoint(),
+			"--object-store-region", "us-east-1", "--object-store-access-key-id", srv.AccessKey()}
+		t.Setenv("RUNNEL_HUB_OBJECT_STORE_SECRET_ACCESS_KEY", srv.SecretKey())
+		b, err := objstore.New(objstore.Config{URL: "s3://runnel-test/results", Endpoint: srv.Endpoint(), Region: "us-east-1",
+			AccessKeyID: srv.AccessKey(), SecretAccessKey: srv.SecretKey()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		store = archive.Adapt(b, objstore.ErrExists, objstore.ErrNotFound)
+	}
 	grpcAddr, httpAddr := freePort(t), freePort(t)
-	hub := &testproc.Proc{Name: "hub", Args: []string{filepath.Join(dir, "runnel-hub"), "--data-dir", filepath.Join(dir, "hub"),
+	hub := &testproc.Proc{Name: "hub", Args: append([]string{filepath.Join(dir, "runnel-hub"), "--data-dir", filepath.Join(dir, "hub"),
 		"--pipeline", spec, "--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--edge-tokens-file", tokens,
 		"--fleet-enabled=false", "--commit-interval", "5ms", "--edge-timeout", "1h",
-		"--archive-url", "file://" + arch, "--archive-flush-interval", "1s", "--archive-max-rows-per-file", "1000",
-		"--archive-compaction-delay", "1m"}}
+		"--archive-flush-interval", "1s", "--archive-max-rows-per-file", "1000",
+		"--archive-compaction-delay", "1m"}, archURL...)}
 	hub.Start(t)
 	defer func() { hub.Kill() }()
 	hub.WaitLog(t, "runnel-hub: ready")
@@ -136,7 +163,6 @@ func TestArchiveSurvivesHubKills(t *testing.T) {
 		ob.Add(es...)
 	}
 
-	const kills = 24
 	for k := range kills {
 		until := time.Now().Add(time.Duration(50+rng.IntN(500)) * time.Millisecond)
 		for time.Now().Before(until) {
@@ -180,9 +206,10 @@ func TestArchiveSurvivesHubKills(t *testing.T) {
 	defer conn.Close()
 	rc := runnelv1.NewResultsClient(conn)
 	all := queryAll(t, rc, p.Name, true)
-	store, err := archive.OpenDir(arch)
-	if err != nil {
-		t.Fatal(err)
+	if store == nil {
+		if store, err = archive.OpenDir(arch); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got := readArchive(t, store)
 	for id, r := range all {

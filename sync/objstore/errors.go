@@ -9,15 +9,28 @@ import (
 	"strings"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/runnel-io/runnel/checkpoint"
 )
 
 // ErrExists means a Put or PutFile found the key already holding an
 // object: objects are written once (If-None-Match: *) and never
-// overwritten.
-var ErrExists = errors.New("objstore: object exists")
+// overwritten. It also matches checkpoint.ErrExists, so that a Bucket is
+// a checkpoint.Store as it is.
+var ErrExists error = &alias{"objstore: object exists", checkpoint.ErrExists}
 
-// ErrNotFound means the key holds no object (Get, Stat).
-var ErrNotFound = errors.New("objstore: object not found")
+// ErrNotFound means the key holds no object (Get, Stat). It also matches
+// checkpoint.ErrNotFound.
+var ErrNotFound error = &alias{"objstore: object not found", checkpoint.ErrNotFound}
+
+// alias is a sentinel that errors.Is also takes for another package's.
+type alias struct {
+	msg  string
+	also error
+}
+
+func (a *alias) Error() string        { return a.msg }
+func (a *alias) Is(target error) bool { return target == a.also }
 
 // ErrRefused means the server (or the TLS handshake) refused the request in
 // a way that retrying cannot fix: bad credentials, a missing bucket, access

@@ -15,37 +15,25 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/runnel-io/runnel/checkpoint"
 )
 
-// Store is the object storage the lane writes to: keys are relative to
-// the archive's prefix. Put must never overwrite (an existing key is an
-// error that IsExists reports) and Get of a missing key an error that
-// IsNotFound reports; sync/objstore's Bucket is one.
+// Store is the object storage the lane writes to, keys relative to the
+// archive's prefix: the part of checkpoint.Store it uses (a
+// checkpoint.DirStore or a sync/objstore Bucket). Put never overwrites (an
+// existing key is checkpoint.ErrExists), Get of a missing key is
+// checkpoint.ErrNotFound.
 type Store interface {
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	List(ctx context.Context, prefix string) ([]string, error)
 }
 
-// Errors tells a Store's "exists" and "not found" errors apart; the zero
-// value knows only this package's ErrExists and ErrNotFound.
-type Errors struct {
-	Exists, NotFound func(error) bool
-}
-
-func (e Errors) exists(err error) bool {
-	return errors.Is(err, ErrExists) || e.Exists != nil && e.Exists(err)
-}
-
-func (e Errors) notFound(err error) bool {
-	return errors.Is(err, ErrNotFound) || e.NotFound != nil && e.NotFound(err)
-}
-
 // Archive is one edge's raw archive in a Store.
 type Archive struct {
-	Store  Store
-	Edge   string
-	Errors Errors
+	Store Store
+	Edge  string
 }
 
 // Segment is a sealed ingest-log segment to upload.
@@ -87,7 +75,7 @@ func (a *Archive) Upload(ctx context.Context, seg Segment) (Manifest, error) {
 	if err := m.check(); err != nil {
 		return Manifest{}, fmt.Errorf("rawarchive: upload %s: %v", seg.Name, err)
 	}
-	if err := a.Store.Put(ctx, m.Object, bytes.NewReader(obj), int64(len(obj))); err != nil && !a.Errors.exists(err) {
+	if err := a.Store.Put(ctx, m.Object, bytes.NewReader(obj), int64(len(obj))); err != nil && !errors.Is(err, checkpoint.ErrExists) {
 		return Manifest{}, fmt.Errorf("rawarchive: upload %s as %s: %w", seg.Name, m.Object, err)
 	}
 	// The object's key carries its checksum: one that exists holds these bytes.
@@ -100,7 +88,7 @@ func (a *Archive) Upload(ctx context.Context, seg Segment) (Manifest, error) {
 	switch {
 	case err == nil:
 		return m, nil
-	case !a.Errors.exists(err):
+	case !errors.Is(err, checkpoint.ErrExists):
 		return Manifest{}, fmt.Errorf("rawarchive: upload %s: manifest %s: %w", seg.Name, m.key(), err)
 	}
 	// A manifest is there: an earlier try finished. It must name the same
@@ -128,7 +116,7 @@ func (a *Archive) manifest(ctx context.Context, key string) (Manifest, error) {
 func (a *Archive) get(ctx context.Context, key string, limit int64) ([]byte, error) {
 	rc, err := a.Store.Get(ctx, key)
 	if err != nil {
-		if a.Errors.notFound(err) {
+		if errors.Is(err, checkpoint.ErrNotFound) {
 			return nil, fmt.Errorf("rawarchive: %s: %w", key, ErrNotFound)
 		}
 		return nil, fmt.Errorf("rawarchive: get %s: %w", key, err)

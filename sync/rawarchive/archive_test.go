@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/sync/rawarchive"
 )
@@ -37,7 +38,7 @@ func (s *memStore) Put(_ context.Context, key string, r io.Reader, _ int64) erro
 		return errors.New("injected outage")
 	}
 	if _, ok := s.objs[key]; ok {
-		return rawarchive.ErrExists
+		return checkpoint.ErrExists
 	}
 	s.objs[key] = b
 	return nil
@@ -48,7 +49,7 @@ func (s *memStore) Get(_ context.Context, key string) (io.ReadCloser, error) {
 	defer s.mu.Unlock()
 	b, ok := s.objs[key]
 	if !ok {
-		return nil, rawarchive.ErrNotFound
+		return nil, checkpoint.ErrNotFound
 	}
 	return io.NopCloser(bytes.NewReader(b)), nil
 }
@@ -222,7 +223,7 @@ func TestFetchRefusesDamage(t *testing.T) {
 		t.Fatalf("Fetch of the restored object: %v", err)
 	}
 	delete(st.objs, m.Object)
-	if _, err := a.Fetch(context.Background(), m); !errors.Is(err, rawarchive.ErrNotFound) {
+	if _, err := a.Fetch(context.Background(), m); !errors.Is(err, checkpoint.ErrNotFound) {
 		t.Fatalf("Fetch of a missing object: %v, want ErrNotFound", err)
 	}
 }

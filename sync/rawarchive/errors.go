@@ -1,6 +1,10 @@
 package rawarchive
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/runnel-io/runnel/checkpoint"
+)
 
 var (
 	// ErrCorrupt marks an archived object that is not what its manifest
@@ -11,8 +15,7 @@ var (
 	// ErrGap marks positions no manifest covers: the edge deleted those
 	// segments unarchived (at its disk cap) or they were never archived.
 	ErrGap = errors.New("rawarchive: gap in the archive")
-	// ErrExists is what a Store's Put returns for a key that exists.
-	ErrExists = errors.New("rawarchive: object exists")
-	// ErrNotFound is what a Store's Get returns for a missing key.
-	ErrNotFound = errors.New("rawarchive: object not found")
+	// ErrNotFound marks an object a manifest names that the store does
+	// not hold; it also matches checkpoint.ErrNotFound.
+	ErrNotFound = checkpoint.ErrNotFound
 )
