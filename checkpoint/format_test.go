@@ -243,8 +243,8 @@ func FuzzDecodeManifest(f *testing.F) {
 			}
 			return
 		}
-		if again := checkpoint.AppendManifest(nil, &m); !bytes.Equal(again, b) {
-			t.Fatalf("decoded %+v from % x, which encodes as % x", m, b, again)
+		if again, err := checkpoint.DecodeManifest(checkpoint.AppendManifest(nil, &m)); err != nil || again != m {
+			t.Fatalf("decoded %+v from % x; re-encoded it decodes as %+v, %v", m, b, again, err)
 		}
 	})
 }
@@ -260,8 +260,8 @@ func FuzzDecodeHeader(f *testing.F) {
 			}
 			return
 		}
-		if again := checkpoint.AppendHeader(nil, &h); !bytes.Equal(again, b[:n]) {
-			t.Fatalf("decoded %+v from % x, which encodes as % x", h, b[:n], again)
+		if again, _, err := checkpoint.DecodeHeader(checkpoint.AppendHeader(nil, &h)); err != nil || again != h || n > len(b) {
+			t.Fatalf("decoded %+v (%d bytes) from % x; re-encoded it decodes as %+v, %v", h, n, b, again, err)
 		}
 	})
 }

@@ -198,3 +198,20 @@ func TestSnapshotsPutOrder(t *testing.T) {
 		t.Fatal("an edge id of ../x: no error")
 	}
 }
+
+// Prune deletes each manifest before its data object: a listing between
+// the two never finds a manifest without its data.
+func TestPruneOrder(t *testing.T) {
+	st := newMemStore()
+	ss := &checkpoint.Snapshots{Store: st, Edge: "gw-7"}
+	for _, id := range []uint64{1, 2, 3} {
+		putSnapshot(t, ss, id, state(100, id))
+	}
+	if _, err := ss.Prune(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{ss.Key(1, checkpoint.ManifestObject), ss.Key(1, checkpoint.DataObject), ss.Key(2, checkpoint.ManifestObject), ss.Key(2, checkpoint.DataObject)}
+	if !slices.Equal(st.deleted, want) {
+		t.Fatalf("deleted %q, want %q", st.deleted, want)
+	}
+}

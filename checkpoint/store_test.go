@@ -196,6 +196,7 @@ type memStore struct {
 	mu      sync.Mutex
 	objs    map[string][]byte
 	failPut func(key string) error
+	deleted []string // keys Delete was called with, in order
 }
 
 func newMemStore() *memStore { return &memStore{objs: map[string][]byte{}} }
@@ -248,6 +249,7 @@ func (m *memStore) List(_ context.Context, prefix string) ([]string, error) {
 func (m *memStore) Delete(_ context.Context, key string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.deleted = append(m.deleted, key)
 	delete(m.objs, key)
 	return nil
 }
