@@ -23,6 +23,7 @@ import (
 	"github.com/runnel-io/runnel/internal/oracle"
 	"github.com/runnel-io/runnel/internal/testbroker"
 	"github.com/runnel-io/runnel/internal/testproc"
+	"github.com/runnel-io/runnel/internal/tests3"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/state"
 )
@@ -81,12 +82,23 @@ func TestSnapshotRestore(t *testing.T) {
 	defer hub.Kill()
 	hub.WaitLog(t, "hub: listening")
 
-	store := filepath.Join(dir, "snapshots")
+	// The snapshots go to a bucket of a real S3 server (versitygw); its
+	// posix backend keeps each object as a file under store, which the
+	// damage cases below copy and spoil as directory stores. The object
+	// store settings reach the edge and runnel-edge restore through the
+	// environment (the secret never on a command line).
+	srv := tests3.Start(t)
+	const s3store = "s3://runnel-test/snapshots"
+	store := filepath.Join(srv.Dir(), "runnel-test", "snapshots")
+	t.Setenv("RUNNEL_OBJECT_STORE_ENDPOINT", srv.Endpoint())
+	t.Setenv("RUNNEL_OBJECT_STORE_REGION", "us-east-1")
+	t.Setenv("RUNNEL_OBJECT_STORE_ACCESS_KEY_ID", srv.AccessKey())
+	t.Setenv("RUNNEL_OBJECT_STORE_SECRET_ACCESS_KEY", srv.SecretKey())
 	httpAddr := freePort(t)
 	edgeProc := func(data, interval string) *testproc.Proc {
 		return &testproc.Proc{Name: "edge", Args: []string{filepath.Join(dir, "runnel-edge"), "run", "--pipeline", spec,
 			"--data-dir", data, "--broker-url", mosq.Addr(), "--edge-id", "e1", "--checkpoint-interval", interval,
-			"--http-addr", httpAddr, "--snapshot-store", store, "--snapshot-interval", "0",
+			"--http-addr", httpAddr, "--snapshot-store", s3store, "--snapshot-interval", "0",
 			"--uplink-hub", hubAddr, "--uplink-token", token, "--uplink-insecure"}}
 	}
 	data := filepath.Join(dir, "gw")
@@ -195,14 +207,14 @@ func TestSnapshotRestore(t *testing.T) {
 	full := filepath.Join(dir, "full")
 	os.MkdirAll(full, 0o755)
 	os.WriteFile(filepath.Join(full, "keep"), []byte("x"), 0o644)
-	if out, err := restore(store+"/e1", full); err == nil || !strings.Contains(out, "not empty") {
+	if out, err := restore(s3store+"/e1", full); err == nil || !strings.Contains(out, "not empty") {
 		t.Fatalf("restore into a directory that is not empty: %v\n%s", err, out)
 	}
 	if b, err := os.ReadFile(filepath.Join(full, "keep")); err != nil || string(b) != "x" {
 		t.Fatalf("the refused directory was touched: %q, %v", b, err)
 	}
 
-	out, err := restore(store+"/e1", data)
+	out, err := restore(s3store+"/e1", data)
 	if err != nil {
 		t.Fatalf("restore: %v\n%s", err, out)
 	}
