@@ -24,9 +24,10 @@ import (
 // read from their owners at scrape time.
 type status struct {
 	checkpoints        atomic.Uint64
-	checkpointNanos    atomic.Int64 // duration of the last checkpoint commit
-	checkpointBytes    atomic.Int64 // bytes of state changes in the last checkpoint
-	checkpointErr      atomic.Value // string: the last commit error, "" when fine
+	checkpointsSkipped atomic.Uint64 // ticks with nothing to commit (an idle edge writes nothing)
+	checkpointNanos    atomic.Int64  // duration of the last checkpoint commit
+	checkpointBytes    atomic.Int64  // bytes of state changes in the last checkpoint
+	checkpointErr      atomic.Value  // string: the last commit error, "" when fine
 	pumpAlive          atomic.Bool
 	capBlocked         atomic.Bool // the disk cap holds MQTT messages back
 	capWaits           atomic.Uint64
@@ -78,6 +79,9 @@ func (n *node) registry() *prometheus.Registry {
 		})
 	}
 	counter("runnel_edge_checkpoints_total", "Checkpoints committed.", func() float64 { return float64(n.status.checkpoints.Load()) })
+	counter("runnel_edge_checkpoints_skipped_total", "Checkpoint intervals with nothing to commit (no record since the last, no ack to store): an idle edge writes nothing.", func() float64 {
+		return float64(n.status.checkpointsSkipped.Load())
+	})
 	gauge("runnel_edge_checkpoint_duration_seconds", "Duration of the last checkpoint commit.", func() float64 {
 		return time.Duration(n.status.checkpointNanos.Load()).Seconds()
 	})

@@ -148,16 +148,20 @@ type node struct {
 
 	// Uplink: the outbox's committed end and a channel closed when it
 	// grows; the epoch; the hub's ack, applied by the next checkpoint.
-	grewMu           sync.Mutex
-	grew             chan struct{}
-	epoch            atomic.Uint64
-	writeReqs        chan writeReq
-	writerDone       chan struct{} // closed when the writer returns
-	uplinkAck        atomic.Uint64
-	published        atomic.Uint64 // the MQTT outputs' cursor (publish.go)
-	publishes        bool          // some pipeline has an mqtt output
-	deletedTo        uint64        // writer only: outbox entries below are deleted
-	pendingDeletedTo uint64
+	grewMu     sync.Mutex
+	grew       chan struct{}
+	epoch      atomic.Uint64
+	writeReqs  chan writeReq
+	writerDone chan struct{} // closed when the writer returns
+	uplinkAck  atomic.Uint64
+	published  atomic.Uint64 // the MQTT outputs' cursor (publish.go)
+	publishes  bool          // some pipeline has an mqtt output
+	deletedTo  uint64        // writer only: outbox entries below are deleted
+	// What the last committed checkpoint covered of the outbox readers'
+	// progress (deletableUpTo, published): a checkpoint with no new
+	// records and neither moved changes nothing, and the pump skips it.
+	ackCommitted, pubCommitted atomic.Uint64
+	pendingDeletedTo           uint64
 }
 
 type pipe struct {
@@ -696,6 +700,19 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		}
 	}
 	barrier := func() error { return barrierWith(nil) }
+	// An idle edge writes nothing: a tick with no record fed since the
+	// last barrier, and no ack or MQTT output progress to store, would
+	// commit a checkpoint equal to the last (an fsync a second on an SD
+	// card for nothing).
+	barrierPos := next
+	tickBarrier := func() error {
+		if next == barrierPos && n.deletableUpTo() == n.ackCommitted.Load() && n.published.Load() == n.pubCommitted.Load() {
+			n.status.checkpointsSkipped.Add(1)
+			return nil
+		}
+		barrierPos = next
+		return barrier()
+	}
 	// checkpointNow injects a barrier for a snapshot on demand: the
 	// writer tells the requester when its checkpoint is committed, the
 	// pump goes on at once.
@@ -732,7 +749,7 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			next = pos + 1
 			select {
 			case <-tick.C:
-				if err := barrier(); err != nil {
+				if err := tickBarrier(); err != nil {
 					return err
 				}
 			case req := <-n.applyReqs:
@@ -774,7 +791,7 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		cancel()
 		select {
 		case <-tick.C:
-			if err := barrier(); err != nil {
+			if err := tickBarrier(); err != nil {
 				return err
 			}
 		case req := <-n.applyReqs:

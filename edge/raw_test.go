@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -258,4 +260,42 @@ func TestRawArchiveYields(t *testing.T) {
 	if len(st2.objs) != 0 {
 		t.Fatalf("the lane uploaded %d objects while the outbox was above the yield mark", len(st2.objs))
 	}
+}
+
+// TestIdleEdgeWritesNothing: with no message, no ack and nothing to
+// publish, checkpoint ticks commit nothing, and the state file and the
+// ingest log stay as they are; one message makes the next tick commit.
+func TestIdleEdgeWritesNothing(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, countSpec)
+	const addr = "127.0.0.1:19483"
+	cfg := edge.NodeConfig{EdgeID: "idle", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond, HTTPAddr: addr}
+	stop := runNode(t, cfg)
+	defer stop()
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	pub.MustPublish("s/a", []byte(`{"dev":"a","seq":1,"ts":1000}`), 1)
+	waitMetric(t, addr, "runnel_edge_records_in_total", func(v float64) bool { return v == 1 })
+	// The clock records of an idle pipeline stop past its idle horizon;
+	// then the edge is idle.
+	waitMetric(t, addr, "runnel_edge_checkpoints_skipped_total", func(v float64) bool { return v >= 10 })
+	before := metric(t, addr, "runnel_edge_checkpoints_total")
+	stat := func() (int64, time.Time) {
+		fi, err := os.Stat(filepath.Join(data, "state.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size(), fi.ModTime()
+	}
+	size, mod := stat()
+	time.Sleep(300 * time.Millisecond) // 15 ticks
+	if after := metric(t, addr, "runnel_edge_checkpoints_total"); after != before {
+		t.Fatalf("an idle edge committed checkpoints: %s, then %s", before, after)
+	}
+	if s2, m2 := stat(); s2 != size || !m2.Equal(mod) {
+		t.Fatalf("an idle edge wrote its state file: %d bytes at %v, then %d at %v", size, mod, s2, m2)
+	}
+	pub.MustPublish("s/a", []byte(`{"dev":"a","seq":2,"ts":1001}`), 1)
+	waitMetric(t, addr, "runnel_edge_checkpoints_total", func(v float64) bool { b, _ := strconv.ParseFloat(before, 64); return v > b })
 }

@@ -148,6 +148,10 @@ func (n *node) takeSnapshot(ctx context.Context, force bool) (checkpoint.Manifes
 	m, err := n.uploadSnapshot(ctx, n.cfg.Snapshots, force)
 	switch {
 	case errors.Is(err, errSnapshotCurrent):
+		// An idle edge commits no checkpoint, so it has none to snapshot:
+		// the store holds its state as it is, which is as fresh as a new
+		// snapshot would be.
+		n.snap.lastAt.Store(time.Now().UnixMilli())
 		return m, nil
 	case err != nil:
 		return m, n.snapFailed(began, err)
@@ -194,7 +198,8 @@ func (n *node) snapFailed(began time.Time, err error) error {
 	return err
 }
 
-// errSnapshotCurrent: the last snapshot is of the last checkpoint already.
+// errSnapshotCurrent: the last snapshot is of the last checkpoint already
+// (or there is no checkpoint to snapshot yet).
 var errSnapshotCurrent = errors.New("edge: no checkpoint since the last snapshot")
 
 // uploadSnapshot writes the data object of the last committed checkpoint
@@ -209,8 +214,10 @@ func (n *node) uploadSnapshot(ctx context.Context, cfg *SnapshotConfig, force bo
 		switch {
 		case err != nil:
 			return err
-		case !ok:
+		case !ok && force:
 			return errors.New("edge: no checkpoint committed yet")
+		case !ok:
+			return errSnapshotCurrent // a new edge that has taken nothing in yet
 		case !force && meta.ID == n.snap.lastID.Load():
 			return errSnapshotCurrent
 		}

@@ -114,7 +114,24 @@ func TestSnapshotsOnIntervalAndDemand(t *testing.T) {
 	if m.LogPos < fed || m.Runnel != "test" || m.EdgeID != "gw" {
 		t.Fatalf("snapshot on demand: %+v, pump at %d before", m, fed)
 	}
-	waitFor(t, "3 more snapshots on the interval", func() bool { return n.snap.taken.Load() >= 4 })
+	// Snapshots on the interval are of new checkpoints: an idle edge
+	// commits none (and so uploads nothing), so the stream goes on.
+	for i := 1; n.snap.taken.Load() < 4; i++ {
+		publishN(t, pub, 180+20*i, 200+20*i)
+		waitFed(t, n, uint64(200+20*i))
+		if i > 200 {
+			t.Fatal("timed out waiting for 3 more snapshots on the interval")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Then the edge is idle: the last checkpoint is snapshotted and
+	// pruned, and nothing more happens.
+	for quiet, last := 0, n.snap.taken.Load(); quiet < 10; quiet++ {
+		time.Sleep(50 * time.Millisecond)
+		if now := n.snap.taken.Load(); now != last {
+			quiet, last = 0, now
+		}
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +143,7 @@ func TestSnapshotsOnIntervalAndDemand(t *testing.T) {
 		t.Fatalf("store after pruning: %d complete, %d incomplete; want 2, 0", len(l.Complete), len(l.Incomplete))
 	}
 	if n.snap.failed.Load() != 0 || n.snap.lastID.Load() != l.Complete[1].Checkpoint {
-		t.Fatalf("stats: %d failed, last %d; store's last %d", n.snap.failed.Load(), n.snap.lastID.Load(), l.Complete[1].Checkpoint)
+		t.Fatalf("stats: %d failed (%s), last %d; store's last %d", n.snap.failed.Load(), n.snap.lastErr, n.snap.lastID.Load(), l.Complete[1].Checkpoint)
 	}
 	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, snapshotTmp)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the temporary data object stayed: %v", err)
@@ -172,11 +189,20 @@ func TestSnapshotNeverBlocksIngestion(t *testing.T) {
 		}
 	})
 	waitFor(t, "the upload to start", func() bool { return st.puts.Load() > 0 })
+	// Checkpoints go on while readings come in (an idle edge commits
+	// none: the stream goes on until five more are committed).
 	ckpts := n.status.checkpoints.Load()
-	publishN(t, pub, 50, 400)
+	total := 50
+	for n.status.checkpoints.Load() < ckpts+5 {
+		if total >= 5000 {
+			t.Fatalf("%d checkpoints while the upload hangs and %d readings come in", n.status.checkpoints.Load()-ckpts, total-50)
+		}
+		publishN(t, pub, total, total+50)
+		total += 50
+		time.Sleep(20 * time.Millisecond)
+	}
 	flush(t, pub)
-	waitFed(t, n, 401)
-	waitFor(t, "checkpoints while the upload hangs", func() bool { return n.status.checkpoints.Load() >= ckpts+5 })
+	waitFed(t, n, uint64(total+1))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	if _, err := n.Snapshot(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a second snapshot on demand while one hangs: %v, want the caller's deadline", err)
@@ -193,8 +219,8 @@ func TestSnapshotNeverBlocksIngestion(t *testing.T) {
 		t.Fatal("the node does not stop while an upload hangs")
 	}
 	wg.Wait()
-	if got := latestCountIn(t, n.cfg.DataDir); got != 400 {
-		t.Fatalf("the outbox counts %d readings, want 400", got)
+	if got := latestCountIn(t, n.cfg.DataDir); got != int64(total) {
+		t.Fatalf("the outbox counts %d readings, want %d", got, total)
 	}
 }
 

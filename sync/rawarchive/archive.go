@@ -210,7 +210,11 @@ func (a *Archive) Fetch(ctx context.Context, m Manifest) ([]byte, error) {
 	if s := sha256.Sum256(obj); hex.EncodeToString(s[:]) != m.ObjectSHA256 {
 		return nil, fmt.Errorf("rawarchive: %s: SHA-256 differs from the manifest's: %w", m.Object, ErrCorrupt)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(m.RawBytes)), zstd.WithDecodeAllCapLimit(true))
+	// The output is bounded by the manifest's size (the cap limit); the
+	// window, which the encoder may size beyond a small input, is bounded
+	// apart.
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(max(m.RawBytes, 64<<20))),
+		zstd.WithDecodeAllCapLimit(true))
 	if err != nil {
 		return nil, err
 	}
