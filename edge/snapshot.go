@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -167,7 +168,7 @@ func (n *node) takeSnapshot(ctx context.Context, force bool) (checkpoint.Manifes
 	n.lg.Info("edge: snapshot uploaded", "checkpoint", m.Checkpoint, "epoch", m.Epoch, "state_bytes", m.StateSize,
 		"data_bytes", m.DataSize, "took", took.Round(time.Millisecond))
 	ss := checkpoint.Snapshots{Store: n.cfg.Snapshots.Store, Edge: n.cfg.EdgeID}
-	if deleted, err := ss.Prune(ctx, cmpOr(n.cfg.Snapshots.Keep, defaultSnapshotKeep)); err != nil {
+	if deleted, err := ss.Prune(ctx, cmp.Or(n.cfg.Snapshots.Keep, defaultSnapshotKeep)); err != nil {
 		n.lg.Warn("edge: delete old snapshots", "err", err)
 	} else if len(deleted) > 0 {
 		n.lg.Debug("edge: deleted old snapshots", "checkpoints", deleted)
@@ -177,13 +178,6 @@ func (n *node) takeSnapshot(ctx context.Context, force bool) (checkpoint.Manifes
 
 // defaultSnapshotKeep is SnapshotConfig.Keep's default.
 const defaultSnapshotKeep = 3
-
-func cmpOr(v, def int) int {
-	if v <= 0 {
-		return def
-	}
-	return v
-}
 
 func (n *node) snapFailed(began time.Time, err error) error {
 	st := &n.snap
@@ -235,7 +229,7 @@ func (n *node) uploadSnapshot(ctx context.Context, cfg *SnapshotConfig, force bo
 			return err
 		}
 		m.StateSize, m.StateSum, m.DataSize, m.DataSum = sums.StateSize, sums.StateSum, sums.DataSize, sums.DataSum
-		return f.Close()
+		return f.Close() // the deferred Close then fails, unseen
 	})
 	if err != nil {
 		if errors.Is(err, errSnapshotCurrent) {
