@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +173,7 @@ func (n *node) takeSnapshot(ctx context.Context, force bool) (checkpoint.Manifes
 	n.lg.Info("edge: snapshot uploaded", "checkpoint", m.Checkpoint, "epoch", m.Epoch, "state_bytes", m.StateSize,
 		"data_bytes", m.DataSize, "took", took.Round(time.Millisecond))
 	ss := checkpoint.Snapshots{Store: n.cfg.Snapshots.Store, Edge: n.cfg.EdgeID}
-	if deleted, err := ss.Prune(ctx, cmpOr(n.cfg.Snapshots.Keep, defaultSnapshotKeep)); err != nil {
+	if deleted, err := ss.Prune(ctx, cmp.Or(n.cfg.Snapshots.Keep, defaultSnapshotKeep)); err != nil {
 		n.lg.Warn("edge: delete old snapshots", "err", err)
 	} else if len(deleted) > 0 {
 		n.lg.Debug("edge: deleted old snapshots", "checkpoints", deleted)
@@ -181,13 +183,6 @@ func (n *node) takeSnapshot(ctx context.Context, force bool) (checkpoint.Manifes
 
 // defaultSnapshotKeep is SnapshotConfig.Keep's default.
 const defaultSnapshotKeep = 3
-
-func cmpOr(v, def int) int {
-	if v <= 0 {
-		return def
-	}
-	return v
-}
 
 func (n *node) snapFailed(began time.Time, err error) error {
 	st := &n.snap
@@ -242,7 +237,7 @@ func (n *node) uploadSnapshot(ctx context.Context, cfg *SnapshotConfig, force bo
 			return err
 		}
 		m.StateSize, m.StateSum, m.DataSize, m.DataSum = sums.StateSize, sums.StateSum, sums.DataSize, sums.DataSum
-		return f.Close()
+		return f.Close() // the deferred Close then fails, unseen
 	})
 	if err != nil {
 		if errors.Is(err, errSnapshotCurrent) {
@@ -356,18 +351,22 @@ type snapshotJSON struct {
 	Key        string    `json:"manifest_key"`
 }
 
-// pacedState writes the state file as tx sees it, pausing after every
-// paceStep bytes (about a quarter of a millisecond's work) for as long as
-// writing and compressing them took: the snapshot works at most half the
-// time on its core, in short bursts, so that the ingest path's goroutines
-// (and the broker, on a gateway's few cores) are not kept waiting behind
-// it.
+// pacedState writes the state file as tx sees it, yielding its goroutine's
+// processor to the others that wait after every yieldStep bytes (the
+// ingest path's goroutines run between two 64 KiB steps of the copy, not
+// after a whole 10 ms time slice), and pausing after every paceStep bytes
+// for as long as copying and compressing them took: the snapshot works at
+// most half the time on its core, so that the broker and the rest of the
+// node keep the other half on a gateway's few cores.
 type pacedState struct {
 	tx   *state.Tx
-	idle float64 // pause / work; 0: no pauses
+	idle float64 // pause / work; 0: flat out
 }
 
-const paceStep = 64 << 10
+const (
+	yieldStep = 64 << 10
+	paceStep  = 1 << 20
+)
 
 func (p pacedState) WriteTo(w io.Writer) (int64, error) {
 	if p.idle <= 0 {
@@ -377,14 +376,18 @@ func (p pacedState) WriteTo(w io.Writer) (int64, error) {
 }
 
 type pacer struct {
-	w     io.Writer
-	idle  float64
-	n     int
-	since time.Time
+	w         io.Writer
+	idle      float64
+	n, yields int
+	since     time.Time
 }
 
 func (p *pacer) Write(b []byte) (int, error) {
 	n, err := p.w.Write(b)
+	if p.yields += n; p.yields >= yieldStep {
+		p.yields = 0
+		runtime.Gosched()
+	}
 	if p.n += n; p.n >= paceStep {
 		p.n = 0
 		busy := time.Since(p.since)
