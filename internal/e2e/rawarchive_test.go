@@ -30,7 +30,9 @@ aggregates: {n: count(), sum: sum(v)}
 // TestRawArchiveSurvivesEdgeKills: a runnel-edge process with the raw
 // archive lane on a bucket of a real S3 server (versitygw) reads a known
 // stream through Mosquitto in small ingest-log segments and is SIGKILLed
-// at random moments 20 times, restarted each time, while segments upload.
+// at random moments 20 times, restarted each time, while segments upload;
+// half way, the S3 server is stopped while readings go on coming in (the
+// edge takes them in while uploads fail), then started again.
 // Afterwards the archive's manifests cover every position from 0 with no
 // gap and none twice, and `runnel-edge replay --input s3://…/<edge>` over
 // the archive alone counts every reading of the stream exactly once
@@ -84,7 +86,18 @@ func TestRawArchiveSurvivesEdgeKills(t *testing.T) {
 		}
 	}
 	const kills = 20
-	for range kills {
+	for k := range kills {
+		if k == kills/2 {
+			// An S3 outage: ingestion goes on, uploads fail and retry;
+			// when the server is back, they resume.
+			srv.Stop()
+			in := `runnel_edge_records_in_total{pipeline="raw"}`
+			before := scrape(httpAddr)[in]
+			publish(300)
+			waitMetric(t, httpAddr, in, func(v float64) bool { return v >= before+300 }, edge)
+			waitMetric(t, httpAddr, "runnel_edge_raw_archive_failures_total", func(v float64) bool { return v > 0 }, edge)
+			srv.Start()
+		}
 		publish(40 + rng.IntN(80))
 		time.Sleep(time.Duration(20+rng.IntN(200)) * time.Millisecond)
 		edge.Kill()
