@@ -42,18 +42,7 @@ func TestRawArchiveSurvivesEdgeKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills an edge 20 times")
 	}
-	dir := t.TempDir()
-	testproc.Build(t, dir, "../../cmd/runnel-edge")
-	mosq := testbroker.Start(t)
-	srv := tests3.Start(t)
-	t.Setenv("RUNNEL_OBJECT_STORE_ENDPOINT", srv.Endpoint())
-	t.Setenv("RUNNEL_OBJECT_STORE_REGION", "us-east-1")
-	t.Setenv("RUNNEL_OBJECT_STORE_ACCESS_KEY_ID", srv.AccessKey())
-	t.Setenv("RUNNEL_OBJECT_STORE_SECRET_ACCESS_KEY", srv.SecretKey())
-	spec := filepath.Join(dir, "raw.yaml")
-	if err := os.WriteFile(spec, []byte(rawSpec), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, spec, mosq, srv := coldTierSetup(t)
 	const store = "s3://runnel-test/lake"
 	httpAddr := freePort(t)
 	data := filepath.Join(dir, "gw")
@@ -169,18 +158,7 @@ func TestSnapshotsSurviveEdgeKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills an edge 20 times")
 	}
-	dir := t.TempDir()
-	testproc.Build(t, dir, "../../cmd/runnel-edge")
-	mosq := testbroker.Start(t)
-	srv := tests3.Start(t)
-	t.Setenv("RUNNEL_OBJECT_STORE_ENDPOINT", srv.Endpoint())
-	t.Setenv("RUNNEL_OBJECT_STORE_REGION", "us-east-1")
-	t.Setenv("RUNNEL_OBJECT_STORE_ACCESS_KEY_ID", srv.AccessKey())
-	t.Setenv("RUNNEL_OBJECT_STORE_SECRET_ACCESS_KEY", srv.SecretKey())
-	spec := filepath.Join(dir, "raw.yaml")
-	if err := os.WriteFile(spec, []byte(rawSpec), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, spec, mosq, _ := coldTierSetup(t)
 	const store = "s3://runnel-test/backups"
 	httpAddr := freePort(t)
 	edge := &testproc.Proc{Name: "edge", Args: []string{filepath.Join(dir, "runnel-edge"), "run", "--pipeline", spec,
@@ -225,4 +203,30 @@ func TestSnapshotsSurviveEdgeKills(t *testing.T) {
 	if out, err := exec.Command(filepath.Join(dir, "runnel-edge"), "restore", "--from", store+"/e1", "--data-dir", target).CombinedOutput(); err != nil {
 		t.Fatalf("restore of the latest snapshot: %v\n%s", err, out)
 	}
+}
+
+// coldTierSetup builds runnel-edge into a temporary directory and starts
+// Mosquitto and versitygw, whose object store settings it puts in the
+// environment, where the edge and its subcommands read them.
+func coldTierSetup(t *testing.T) (dir, spec string, mosq *testbroker.Mosquitto, srv *tests3.Server) {
+	t.Helper()
+	dir = t.TempDir()
+	testproc.Build(t, dir, "../../cmd/runnel-edge")
+	mosq = testbroker.Start(t)
+	srv = tests3.Start(t)
+	s3Env(t, srv)
+	spec = filepath.Join(dir, "raw.yaml")
+	if err := os.WriteFile(spec, []byte(rawSpec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, spec, mosq, srv
+}
+
+// s3Env puts srv's object store settings in the environment of the test
+// and the processes it starts (the secret never on a command line).
+func s3Env(t *testing.T, srv *tests3.Server) {
+	t.Setenv("RUNNEL_OBJECT_STORE_ENDPOINT", srv.Endpoint())
+	t.Setenv("RUNNEL_OBJECT_STORE_REGION", "us-east-1")
+	t.Setenv("RUNNEL_OBJECT_STORE_ACCESS_KEY_ID", srv.AccessKey())
+	t.Setenv("RUNNEL_OBJECT_STORE_SECRET_ACCESS_KEY", srv.SecretKey())
 }

@@ -90,10 +90,7 @@ func TestSnapshotRestore(t *testing.T) {
 	srv := tests3.Start(t)
 	const s3store = "s3://runnel-test/snapshots"
 	store := filepath.Join(srv.Dir(), "runnel-test", "snapshots")
-	t.Setenv("RUNNEL_OBJECT_STORE_ENDPOINT", srv.Endpoint())
-	t.Setenv("RUNNEL_OBJECT_STORE_REGION", "us-east-1")
-	t.Setenv("RUNNEL_OBJECT_STORE_ACCESS_KEY_ID", srv.AccessKey())
-	t.Setenv("RUNNEL_OBJECT_STORE_SECRET_ACCESS_KEY", srv.SecretKey())
+	s3Env(t, srv)
 	httpAddr := freePort(t)
 	edgeProc := func(data, interval string) *testproc.Proc {
 		return &testproc.Proc{Name: "edge", Args: []string{filepath.Join(dir, "runnel-edge"), "run", "--pipeline", spec,
