@@ -1,18 +1,21 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/runnel-io/runnel/edge/ingestlog"
+	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/sync/rawarchive"
 )
 
@@ -49,6 +52,10 @@ type RawArchive struct {
 	// MaxBytes bounds the sealed segments kept only for the lane (already
 	// covered by a checkpoint). Default 1 GiB.
 	MaxBytes int64
+	// Topics, when set, are MQTT topic filters: the lane archives only the
+	// messages whose topic matches one (and the clock records), in a
+	// segment re-written to hold just them. Empty: every message.
+	Topics []string
 }
 
 func (r *RawArchive) withDefaults() RawArchive {
@@ -172,7 +179,21 @@ func (n *node) rawStep(ctx context.Context) {
 			l.fail(n, s, err)
 			return
 		}
-		m, err := l.cfg.Archive.Upload(ctx, rawarchive.Segment{Name: s.Name, Path: s.Path, First: uint64(s.First), End: uint64(s.End), SealedAt: fi.ModTime()})
+		path, dir := s.Path, ""
+		if len(l.cfg.Topics) > 0 {
+			if dir, err = n.selectTopics(ctx, s); err != nil {
+				if !errors.Is(err, fs.ErrNotExist) {
+					l.fail(n, s, err)
+					return
+				}
+				continue
+			}
+			path = filepath.Join(dir, s.Name)
+		}
+		m, err := l.cfg.Archive.Upload(ctx, rawarchive.Segment{Name: s.Name, Path: path, First: uint64(s.First), End: uint64(s.End), SealedAt: fi.ModTime()})
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -266,4 +287,45 @@ func (n *node) rawPending(now time.Time) (bytes int64, age time.Duration) {
 		}
 	}
 	return bytes, age
+}
+
+// selectTopics writes, in a temporary directory of the data directory, a
+// segment holding the clock records and the messages of s whose topic
+// matches raw_archive.topics, in order, under s's name; it returns the
+// directory. The records keep their order but not their positions: the
+// selected segment numbers them from s.First on.
+func (n *node) selectTopics(ctx context.Context, s ingestlog.Segment) (string, error) {
+	raw, err := os.ReadFile(s.Path)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp(n.cfg.DataDir, "raw-select-")
+	if err != nil {
+		return "", err
+	}
+	// One segment, one commit at Close: no fsync (the file is made again
+	// after a crash), no roll.
+	l, _, err := ingestlog.Open(ctx, dir, &ingestlog.Options{First: s.First, Sync: ingestlog.SyncNever,
+		SegmentSize: max(2*s.Size, ingestlog.MinSegmentSize), MaxRecordSize: n.maxRecord,
+		Compression: n.cfg.IngestLog.Compression})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	_, err = ingestlog.ReadSegment(ctx, bytes.NewReader(raw), int64(len(raw)), s.Name, func(_ ingestlog.Position, rec []byte) error {
+		r, derr := decodeRecord(rec)
+		if derr == nil && r.kind != recordClock && !slices.ContainsFunc(n.raw.cfg.Topics, func(f string) bool { return mqtt.Match(f, r.topic) }) {
+			return nil
+		}
+		_, err := l.Append(ctx, rec)
+		return err
+	})
+	if cerr := l.Close(ctx); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("edge: raw archive: select topics of %s: %w", s.Name, err)
+	}
+	return dir, nil
 }

@@ -299,3 +299,45 @@ func TestIdleEdgeWritesNothing(t *testing.T) {
 	pub.MustPublish("s/a", []byte(`{"dev":"a","seq":2,"ts":1001}`), 1)
 	waitMetric(t, addr, "runnel_edge_checkpoints_total", func(v float64) bool { b, _ := strconv.ParseFloat(before, 64); return v > b })
 }
+
+// TestRawArchiveTopics: with raw_archive.topics the archive holds only the
+// matching messages: a replay of it counts device a (topic s/a) whole and
+// nothing of device b (topic s/b), though the edge took both in.
+func TestRawArchiveTopics(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, countSpec)
+	const addr = "127.0.0.1:19484"
+	st := &rawStore{objs: map[string][]byte{}}
+	cfg := edge.NodeConfig{EdgeID: "raw-4", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond,
+		HTTPAddr: addr, NoSync: true, IngestLog: ingestlog.Options{SegmentSize: 4 << 10},
+		RawArchive: &edge.RawArchive{Archive: &rawarchive.Archive{Store: st}, Interval: 10 * time.Millisecond, Topics: []string{"s/a"}}}
+	stop := runNode(t, cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	const n = 400
+	for i := range n {
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"pad":"%032d"}`, i, 1000+i, i), 1)
+		pub.MustPublish("s/b", fmt.Appendf(nil, `{"dev":"b","seq":%d,"ts":%d,"pad":"%032d"}`, 100000+i, 1000+i, i), 1) // event ids are seq alone
+	}
+	// Padding on s/a rolls every reading of the test into sealed segments.
+	for i := range 200 {
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"pad","seq":%d,"ts":%d,"pad":"%032d"}`, 200000+i, 1000, i), 1)
+	}
+	waitMetric(t, addr, "runnel_edge_records_in_total", func(v float64) bool { return v == 2*n+200 })
+	waitMetric(t, addr, "runnel_edge_raw_pending_bytes", func(v float64) bool { return v == 0 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	a := &rawarchive.Archive{Store: st, Edge: "raw-4"}
+	var res bytes.Buffer
+	if _, err := edge.Replay(context.Background(), edge.ReplayConfig{Pipeline: p, Records: edge.ArchivedRecords(a, 0, 0, nil), Results: &res, Late: io.Discard, Dead: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
+	if out := res.String(); strings.Contains(out, `"dev":"b"`) || !strings.Contains(out, `"key":{"dev":"a"}`) {
+		t.Fatalf("replay of an archive of topic s/a:\n%s", out)
+	}
+	if got, _ := replayCount(t, p, edge.ArchivedRecords(a, 0, 0, nil)); got != n {
+		t.Fatalf("the archive replays to %d readings of device a, want %d", got, n)
+	}
+}

@@ -317,7 +317,7 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 			return edge.NodeConfig{}, fmt.Errorf("raw_archive.store: %w", err)
 		}
 		nc.RawArchive = &edge.RawArchive{Archive: &rawarchive.Archive{Store: st}, Interval: c.RawArchive.Interval,
-			YieldOutboxBytes: c.RawArchive.YieldOutboxBytes, MaxBytes: c.RawArchive.MaxBytes}
+			YieldOutboxBytes: c.RawArchive.YieldOutboxBytes, MaxBytes: c.RawArchive.MaxBytes, Topics: c.RawArchive.Topics}
 	}
 	return nc, nil
 }

@@ -128,7 +128,8 @@ type Dedup struct {
 
 // RawArchive configures the raw archive lane (edge.RawArchive).
 type RawArchive struct {
-	Store            string // URL; empty: off
+	Store            string   // URL; empty: off
+	Topics           []string // MQTT topic filters; empty: every message
 	Interval         time.Duration
 	YieldOutboxBytes int64
 	MaxBytes         int64

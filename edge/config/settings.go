@@ -148,6 +148,9 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "raw_archive.store", Flag: "raw-archive-store", Env: "RUNNEL_RAW_ARCHIVE_STORE", Example: "s3://lake/runnel",
 			Doc:   "Where sealed ingest-log segments go, compressed, before the edge deletes them, under `<edge_id>/raw/<yyyy>/<mm>/<dd>/` with a manifest each (docs/formats/raw-archive.md): file:///path, an absolute path, or s3://bucket/prefix. `runnel-edge replay --input <store>/<edge_id>` re-runs a pipeline over them. The lane yields to the uplink (raw_archive.yield_outbox_bytes) and to the disk cap. Empty: no raw archive.",
 			Value: settings.String(func(c *Config) *string { return &c.RawArchive.Store }, checkSnapshotStore)},
+		{Path: "raw_archive.topics", Flag: "raw-archive-topics", Env: "RUNNEL_RAW_ARCHIVE_TOPICS", Example: "[plant/+/vibration]",
+			Doc:   "MQTT topic filters: archive only the messages whose topic matches one (each segment is re-written to hold just them, in order, numbered from its first position). Empty: every message the edge takes in. The flag can be repeated; the variable is comma-separated.",
+			Value: settings.Strings(func(c *Config) *[]string { return &c.RawArchive.Topics }, checkTopicFilter)},
 		{Path: "raw_archive.interval", Flag: "raw-archive-interval", Env: "RUNNEL_RAW_ARCHIVE_INTERVAL", Default: "10s",
 			Doc:   "How often the raw lane looks for sealed segments, and retries after a failed upload.",
 			Value: settings.Duration(func(c *Config) *time.Duration { return &c.RawArchive.Interval }, settings.Positive)},
@@ -404,4 +407,22 @@ func atLeast(lo int64) func(int64) error {
 		}
 		return nil
 	}
+}
+
+// checkTopicFilter accepts an MQTT topic filter: not empty, '#' only as the
+// whole last level, '+' only as a whole level.
+func checkTopicFilter(f string) error {
+	if f == "" {
+		return fmt.Errorf("empty topic filter")
+	}
+	levels := strings.Split(f, "/")
+	for i, l := range levels {
+		switch {
+		case strings.Contains(l, "#") && (l != "#" || i != len(levels)-1):
+			return fmt.Errorf("%q: '#' must be the whole last level", f)
+		case strings.Contains(l, "+") && l != "+":
+			return fmt.Errorf("%q: '+' must be a whole level", f)
+		}
+	}
+	return nil
 }

@@ -91,15 +91,16 @@ func (a *Archive) Upload(ctx context.Context, seg Segment) (Manifest, error) {
 	case !errors.Is(err, checkpoint.ErrExists):
 		return Manifest{}, fmt.Errorf("rawarchive: upload %s: manifest %s: %w", seg.Name, m.key(), err)
 	}
-	// A manifest is there: an earlier try finished. It must name the same
-	// segment; the object it names may be another compression's.
+	// A manifest is there: an earlier try finished. It must be of the same
+	// positions; its object may hold other bytes of them (another
+	// compression's, or a topic selection written again in other frames).
 	old, err := a.manifest(ctx, m.key())
 	if err != nil {
 		return Manifest{}, err
 	}
-	if old.First != m.First || old.End != m.End || old.RawSHA256 != m.RawSHA256 {
-		return Manifest{}, fmt.Errorf("rawarchive: upload %s: manifest %s describes other data (positions %d-%d, raw sha256 %s): %w",
-			seg.Name, m.key(), old.First, old.End, old.RawSHA256, ErrCorrupt)
+	if old.First != m.First || old.End != m.End {
+		return Manifest{}, fmt.Errorf("rawarchive: upload %s: manifest %s is of other positions (%d-%d): %w",
+			seg.Name, m.key(), old.First, old.End, ErrCorrupt)
 	}
 	return old, nil
 }
