@@ -20,7 +20,6 @@ import (
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/hub/config"
 	"github.com/runnel-io/runnel/sync/archive"
-	"github.com/runnel-io/runnel/sync/objstore"
 )
 
 // openS3 opens an s3:// archive URL: a sync/objstore Bucket reached with
@@ -30,7 +29,7 @@ func openS3(ctx context.Context, c *config.Config, lg *slog.Logger) (archive.Sto
 	if err != nil {
 		return nil, fmt.Errorf("archive.url: %w", err)
 	}
-	return archive.Adapt(b, objstore.ErrExists, objstore.ErrNotFound), nil
+	return b, nil
 }
 
 // openArchiveStore opens the store archive.url names.

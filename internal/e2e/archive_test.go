@@ -92,7 +92,7 @@ func testArchiveSurvivesHubKills(t *testing.T, kills int, s3 bool) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		store = archive.Adapt(b, objstore.ErrExists, objstore.ErrNotFound)
+		store = b
 	}
 	grpcAddr, httpAddr := freePort(t), freePort(t)
 	hub := &testproc.Proc{Name: "hub", Args: append([]string{filepath.Join(dir, "runnel-hub"), "--data-dir", filepath.Join(dir, "hub"),

@@ -2,14 +2,17 @@ package archive
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"path/filepath"
+
+	"github.com/runnel-io/runnel/checkpoint"
 )
 
 // Store is the object storage the archive writes to: the handful of
 // methods of *objstore.Bucket (and objstore.Mem), so that either plugs in
-// as it is behind Adapt. Keys are relative to the store's root (the
+// as it is. Keys are relative to the store's root (the
 // archive URL's prefix) and use '/' as the separator.
 //
 // Put and PutFile never overwrite: a key that exists fails with an error
@@ -29,60 +32,31 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 }
 
-// Errors of a Store, as the archive sees them. Adapt maps another
-// implementation's sentinels onto these.
+// Errors of a Store: those of checkpoint.Store, which every store of the
+// cold tier shares (checkpoint.DirStore, and sync/objstore's Bucket,
+// whose errors match them).
 var (
 	// ErrExists: Put or PutFile of a key that exists; nothing was written.
-	ErrExists = errors.New("archive: object exists")
+	ErrExists = checkpoint.ErrExists
 	// ErrNotFound: Get of a key that does not exist.
-	ErrNotFound = errors.New("archive: object not found")
+	ErrNotFound = checkpoint.ErrNotFound
 )
 
-// Adapt returns s with its errors mapped: an error matching exists also
-// matches ErrExists, one matching notFound also ErrNotFound (the original
-// error is kept in the chain, for its message). This is the hook for
-// sync/objstore:
-//
-//	archive.Adapt(bucket, objstore.ErrExists, objstore.ErrNotFound)
-func Adapt(s Store, exists, notFound error) Store {
-	return adapted{s, exists, notFound}
-}
+// OpenDir opens a directory as a Store (checkpoint.DirStore: a temporary
+// file, fsync, linked into place, so an object is never overwritten nor
+// seen half written).
+func OpenDir(dir string) (*checkpoint.DirStore, error) { return checkpoint.NewDirStore(dir) }
 
-type adapted struct {
-	s                Store
-	exists, notFound error
-}
-
-func (a adapted) mapErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case a.exists != nil && errors.Is(err, a.exists) && !errors.Is(err, ErrExists):
-		return fmt.Errorf("%w (%w)", ErrExists, err)
-	case a.notFound != nil && errors.Is(err, a.notFound) && !errors.Is(err, ErrNotFound):
-		return fmt.Errorf("%w (%w)", ErrNotFound, err)
+// OpenURL opens the store a file:// archive URL names
+// (file:///var/lib/runnel/archive); s3:// is opened by the caller
+// (cmd/runnel-hub, through sync/objstore) and passed in Options.
+func OpenURL(raw string) (*checkpoint.DirStore, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("archive: url %q: %w", raw, err)
 	}
-	return err
-}
-
-func (a adapted) Put(ctx context.Context, key string, r io.Reader, size int64) error {
-	return a.mapErr(a.s.Put(ctx, key, r, size))
-}
-
-func (a adapted) PutFile(ctx context.Context, key, path string) error {
-	return a.mapErr(a.s.PutFile(ctx, key, path))
-}
-
-func (a adapted) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	rc, err := a.s.Get(ctx, key)
-	return rc, a.mapErr(err)
-}
-
-func (a adapted) List(ctx context.Context, prefix string) ([]string, error) {
-	ks, err := a.s.List(ctx, prefix)
-	return ks, a.mapErr(err)
-}
-
-func (a adapted) Delete(ctx context.Context, key string) error {
-	return a.mapErr(a.s.Delete(ctx, key))
+	if u.Scheme != "file" || u.Host != "" && u.Host != "localhost" || u.Path == "" {
+		return nil, fmt.Errorf("archive: url %q: want file:///absolute/dir", raw)
+	}
+	return OpenDir(filepath.FromSlash(u.Path))
 }
