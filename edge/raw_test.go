@@ -8,77 +8,30 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/internal/testbroker"
 	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/sync/objstore"
 	"github.com/runnel-io/runnel/sync/rawarchive"
 )
 
-// rawStore is an in-memory object store for the lane (never overwrites);
-// down makes every call fail, as an unreachable S3 endpoint does.
-type rawStore struct {
-	mu   sync.Mutex
-	objs map[string][]byte
-	down atomic.Bool
-}
-
 var errDown = errors.New("object store unreachable")
 
-func (s *rawStore) Put(_ context.Context, key string, r io.Reader, _ int64) error {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return err
+// storeDown makes every call of st fail as an unreachable S3 endpoint
+// does (down false: the store is back).
+func storeDown(st *objstore.Mem, down bool) {
+	if !down {
+		st.SetFault(nil)
+		return
 	}
-	if s.down.Load() {
-		return errDown
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.objs[key]; ok {
-		return checkpoint.ErrExists
-	}
-	s.objs[key] = b
-	return nil
-}
-
-func (s *rawStore) Get(_ context.Context, key string) (io.ReadCloser, error) {
-	if s.down.Load() {
-		return nil, errDown
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.objs[key]
-	if !ok {
-		return nil, checkpoint.ErrNotFound
-	}
-	return io.NopCloser(bytes.NewReader(b)), nil
-}
-
-func (s *rawStore) List(_ context.Context, prefix string) ([]string, error) {
-	if s.down.Load() {
-		return nil, errDown
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for k := range s.objs {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
+	st.SetFault(func(string, string) error { return errDown })
 }
 
 func waitMetric(t *testing.T, addr, name string, ok func(float64) bool) {
@@ -158,7 +111,7 @@ func TestRawArchiveLane(t *testing.T) {
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
 	const addr = "127.0.0.1:19481"
-	st := &rawStore{objs: map[string][]byte{}}
+	st := objstore.NewMem()
 	cfg := edge.NodeConfig{EdgeID: "raw-1", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond,
 		HTTPAddr: addr, NoSync: true, IngestLog: ingestlog.Options{SegmentSize: 4 << 10},
@@ -201,8 +154,8 @@ func TestRawArchiveYields(t *testing.T) {
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
 	const addr = "127.0.0.1:19482"
-	st := &rawStore{objs: map[string][]byte{}}
-	st.down.Store(true)
+	st := objstore.NewMem()
+	storeDown(st, true)
 	cfg := edge.NodeConfig{EdgeID: "raw-2", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond,
 		HTTPAddr: addr, NoSync: true, IngestLog: ingestlog.Options{SegmentSize: 4 << 10},
@@ -221,7 +174,7 @@ func TestRawArchiveYields(t *testing.T) {
 		t.Errorf("health raw_archive ok while uploads fail")
 	}
 	// The store comes back: what is still on disk is archived.
-	st.down.Store(false)
+	storeDown(st, false)
 	waitMetric(t, addr, "runnel_edge_raw_pending_bytes", func(v float64) bool { return v == 0 })
 	waitMetric(t, addr, "runnel_edge_raw_archived_segments_total", func(v float64) bool { return v >= 1 })
 	if err := stop(); err != nil {
@@ -246,7 +199,7 @@ func TestRawArchiveYields(t *testing.T) {
 
 	// Behind an outbox above the yield mark (no uplink drains it) the lane
 	// waits.
-	st2 := &rawStore{objs: map[string][]byte{}}
+	st2 := objstore.NewMem()
 	cfg.DataDir, cfg.EdgeID = t.TempDir(), "raw-3"
 	cfg.RawArchive = &edge.RawArchive{Archive: &rawarchive.Archive{Store: st2}, Interval: 10 * time.Millisecond, YieldOutboxBytes: 1}
 	stop = runNode(t, cfg)
@@ -257,8 +210,8 @@ func TestRawArchiveYields(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if len(st2.objs) != 0 {
-		t.Fatalf("the lane uploaded %d objects while the outbox was above the yield mark", len(st2.objs))
+	if keys, _ := st2.List(context.Background(), ""); len(keys) != 0 {
+		t.Fatalf("the lane uploaded %d objects while the outbox was above the yield mark", len(keys))
 	}
 }
 
@@ -308,7 +261,7 @@ func TestRawArchiveTopics(t *testing.T) {
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
 	const addr = "127.0.0.1:19484"
-	st := &rawStore{objs: map[string][]byte{}}
+	st := objstore.NewMem()
 	cfg := edge.NodeConfig{EdgeID: "raw-4", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond,
 		HTTPAddr: addr, NoSync: true, IngestLog: ingestlog.Options{SegmentSize: 4 << 10},
