@@ -12,10 +12,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/runnel-io/runnel/hub/fleet/fleeterr"
+	"github.com/runnel-io/runnel/internal/edgecert"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
 
@@ -94,17 +97,23 @@ var methodRoles = map[string]role{
 // audit log; CreateToken refuses it as a token name.
 const bootstrapName = "api"
 
-// tokens checks bearer tokens. Only SHA-256 sums are kept, and a presented
-// token is compared with every edge's sum and the API token's in constant
-// time, so neither the comparison nor the lookup tells how close a guess
-// was or which edge matched. Tokens created through the Fleet API are the
-// fleet's to check (FleetCore.Authenticate, which also keeps sums).
+// tokens decides who calls: bearer tokens and, with client
+// authentication on, the edge a verified TLS client certificate names.
+// Only SHA-256 sums of tokens are kept, and a presented token is compared
+// with every edge's sum and the API token's in constant time, so neither
+// the comparison nor the lookup tells how close a guess was or which edge
+// matched. Tokens created through the Fleet API are the fleet's to check
+// (FleetCore.Authenticate, which also keeps sums).
 type tokens struct {
-	edges  []edgeToken
-	api    [sha256.Size]byte
-	hasAPI bool
-	fleet  FleetCore // nil: no fleet; only the configured API token
-	log    *slog.Logger
+	edges      []edgeToken
+	api        [sha256.Size]byte
+	hasAPI     bool
+	clientAuth ClientAuth // ClientAuthNone: certificates are not looked at
+	fleet      FleetCore  // nil: no fleet; only the configured API token
+	log        *slog.Logger
+	// refused counts an edge-service call refused, by reason (the
+	// runnel_hub_edge_auth_refused_total label); nil: not counted.
+	refused func(reason string)
 }
 
 type edgeToken struct {
@@ -176,7 +185,49 @@ var (
 	errAPIOnEdge  = status.Error(codes.PermissionDenied, "API tokens call only the Fleet, Results and Health services; the uplink and control stream take an edge's token")
 	errNoAPIToken = status.Error(codes.Unauthenticated, "fleet changes need an API token and this hub has none configured: configure auth.api_token (the admin token that creates the others)")
 	errNoFleet    = status.Error(codes.Unimplemented, "the hub has no fleet store (fleet.enabled is false, or this build has no control plane)")
+	errNoCert     = status.Error(codes.Unauthenticated, "this hub requires edges to present a TLS client certificate (tls.client_auth: require): set the edge's uplink.tls.cert_file and uplink.tls.key_file")
+	errCertOnAPI  = status.Error(codes.PermissionDenied, "edge certificates call only the uplink and control stream; call the API over a connection without an edge's client certificate")
 )
+
+// Reasons of runnel_hub_edge_auth_refused_total.
+const (
+	refusedNoCredentials = "no_credentials" // neither a token nor a certificate
+	refusedToken         = "token"          // an unknown token, or an API token
+	refusedNoCert        = "certificate_required"
+	refusedCertNotEdge   = "certificate_not_an_edge" // a verified certificate whose CN is no edge id
+	refusedMismatch      = "certificate_token_mismatch"
+)
+
+func (t *tokens) refuse(reason string, err error) error {
+	if t.refused != nil {
+		t.refused(reason)
+	}
+	return err
+}
+
+// certEdge returns the edge the connection's verified TLS client
+// certificate names; has is false without one (or with client
+// authentication off). A verified certificate that names no edge is
+// Unauthenticated.
+func (t *tokens) certEdge(ctx context.Context) (id string, has bool, err error) {
+	if t.clientAuth == ClientAuthNone {
+		return "", false, nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", false, nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return "", false, nil
+	}
+	id, err = edgecert.EdgeID(ti.State.VerifiedChains[0][0])
+	if err != nil {
+		return "", true, status.Errorf(codes.Unauthenticated, "the TLS client certificate names no edge: its subject CN %q is not an edge id (1 to 64 letters, digits, '.', '_' or '-')",
+			ti.State.VerifiedChains[0][0].Subject.CommonName)
+	}
+	return id, true, nil
+}
 
 // match compares tok with every edge token and the API token, all of
 // them each time: the edge whose token it is, or whether it is the API
@@ -196,13 +247,42 @@ func (t *tokens) match(tok string) (edge string, api bool) {
 	return "", api
 }
 
-// edge returns the id of the edge whose token ctx carries. An API token
-// is PermissionDenied; no token or an unknown one, Unauthenticated.
+// edge returns the id of the edge that calls: the one its verified TLS
+// client certificate names, the one its token is of, or, with both, the
+// one both are of. Whatever the caller presents is checked: an unknown
+// token is Unauthenticated even beside a good certificate, an API token
+// PermissionDenied, a certificate and a token of two edges
+// PermissionDenied; neither (or, with ClientAuthRequire, no certificate)
+// Unauthenticated. The handlers then hold every message to this id.
 func (t *tokens) edge(ctx context.Context) (string, error) {
+	certID, hasCert, err := t.certEdge(ctx)
+	if err != nil {
+		return "", t.refuse(refusedCertNotEdge, err)
+	}
+	if !hasCert && t.clientAuth == ClientAuthRequire {
+		return "", t.refuse(refusedNoCert, errNoCert)
+	}
 	tok := bearer(ctx)
 	if tok == "" {
-		return "", errNoToken
+		if hasCert {
+			return certID, nil
+		}
+		return "", t.refuse(refusedNoCredentials, errNoToken)
 	}
+	id, err := t.tokenEdge(tok)
+	if err != nil {
+		return "", t.refuse(refusedToken, err)
+	}
+	if hasCert && id != certID {
+		return "", t.refuse(refusedMismatch, status.Errorf(codes.PermissionDenied,
+			"the TLS client certificate is edge %s's and the token edge %s's; an edge presents its own of each", certID, id))
+	}
+	return id, nil
+}
+
+// tokenEdge returns the edge whose token tok is. An API token is
+// PermissionDenied; an unknown one Unauthenticated.
+func (t *tokens) tokenEdge(tok string) (string, error) {
 	id, api := t.match(tok)
 	switch {
 	case id != "":
@@ -296,8 +376,9 @@ func callerOf(ctx context.Context) caller {
 
 // authorize decides a call by its full method before the handler runs,
 // and returns the context the handler gets: with the edge id for the
-// edge services, with the caller for the rest. A refused call reaches no
-// handler.
+// edge services (tokens.edge, from the token or the client certificate:
+// the handlers check every message's edge id against it), with the
+// caller for the rest. A refused call reaches no handler.
 func (t *tokens) authorize(ctx context.Context, method string) (context.Context, error) {
 	fleetCall := strings.HasPrefix(method, fleetPrefix) || strings.HasPrefix(method, controlPrefix)
 	if fleetCall && t.fleet == nil {
@@ -313,6 +394,11 @@ func (t *tokens) authorize(ctx context.Context, method string) (context.Context,
 	need, ok := methodRoles[method]
 	if !ok {
 		return nil, status.Errorf(codes.PermissionDenied, "hub: %s has no access rule", method)
+	}
+	// A client certificate is an edge's credential, whatever token comes
+	// with it: an edge calls nothing but its own streams.
+	if _, hasCert, _ := t.certEdge(ctx); hasCert {
+		return nil, errCertOnAPI
 	}
 	c, err := t.apiCaller(bearer(ctx), method, need)
 	if err != nil {

@@ -19,6 +19,9 @@ type metrics struct {
 	sse     prometheus.Gauge   // SSE clients
 	refused prometheus.Counter // batches or hellos under another edge's id
 	control prometheus.Gauge   // control streams open
+
+	authRefused *prometheus.CounterVec // edge-service calls the interceptor refused, by reason
+	handshakes  prometheus.Counter     // failed TLS handshakes of the gRPC listener
 }
 
 // newMetrics registers the server's metrics, the core's (read from
@@ -30,11 +33,15 @@ func newMetrics(core Core, fleet FleetCore, edges EdgeMetrics, report func() hea
 		reg:     prometheus.NewRegistry(),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_uplink_streams", Help: "Uplink Sync streams open."}),
 		sse:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_sse_clients", Help: "Server-Sent Events subscribers connected."}),
-		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnel_hub_uplink_permission_denied_total", Help: "Hellos and batches refused because they named another edge than their token's."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnel_hub_uplink_permission_denied_total", Help: "Hellos, batches and Registers refused because they named another edge than their stream's (its token or client certificate)."}),
 		control: prometheus.NewGauge(prometheus.GaugeOpts{Name: "runnel_hub_fleet_control_streams", Help: "Control streams open (edges connected to the control plane through this server)."}),
+		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runnel_hub_edge_auth_refused_total",
+			Help: "Uplink and control streams refused before their first message, by reason: no_credentials, token (unknown, or an API token), certificate_required (tls.client_auth: require), certificate_not_an_edge (a verified certificate whose CN is no edge id), certificate_token_mismatch (a certificate and a token of two edges)."}, []string{"reason"}),
+		handshakes: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnel_hub_tls_handshake_failures_total",
+			Help: "TLS handshakes of the gRPC listener that failed: a client certificate not signed by tls.client_ca_file, expired or not for client authentication (logged as warnings), or a client that did not speak TLS or hung up."}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.streams, m.sse, m.refused, coreCollector{core},
+		m.streams, m.sse, m.refused, m.authRefused, m.handshakes, coreCollector{core},
 		health.Collector("runnel_hub_health", "The hub's health per check (commit, refusals, parked, clock, epochs; node: the worst): 0 ok, 1 degraded, 2 failing.", nil, report))
 	if fleet != nil {
 		m.reg.MustRegister(m.control, fleetCollector{fleet: fleet, mode: edges, log: log})

@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +59,15 @@ type Config struct {
 	CertFile, KeyFile string
 	Insecure          bool // plaintext; logged as a warning
 
+	// ClientAuth says whether edges authenticate with a TLS client
+	// certificate, verified against the CA certificates of ClientCAFile
+	// (PEM), as an edge id (its subject CN, internal/edgecert) beside or
+	// instead of their token. ClientAuthNone (the default, ""): the
+	// gRPC listener asks for no certificate. Needs TLS. The HTTP listener
+	// never asks for one (it serves no edge service).
+	ClientAuth   ClientAuth
+	ClientCAFile string
+
 	// EdgeTokens maps an edge id to its bearer token. An edge may only
 	// send Hellos and batches under its own id. Empty: every Sync is
 	// refused.
@@ -83,6 +95,31 @@ type Config struct {
 	Heartbeat time.Duration // SSE comment interval; default DefaultHeartbeat
 	Version   string        // reported by Health.Check
 	Logger    *slog.Logger  // default slog.Default()
+}
+
+// ClientAuth is Config.ClientAuth: whether edges authenticate with TLS
+// client certificates.
+type ClientAuth string
+
+const (
+	// ClientAuthNone: no client certificates; edges send tokens.
+	ClientAuthNone ClientAuth = "none"
+	// ClientAuthOptional: the gRPC listener asks for a client certificate
+	// and verifies one given (a bad one fails the handshake); an edge
+	// authenticates with a certificate, a token, or both of the same edge.
+	ClientAuthOptional ClientAuth = "optional"
+	// ClientAuthRequire: as optional, and the edge services refuse a call
+	// without a verified certificate, whatever its token. API clients
+	// (runnelctl, REST) need none.
+	ClientAuthRequire ClientAuth = "require"
+)
+
+func (c ClientAuth) check() error {
+	switch c {
+	case "", ClientAuthNone, ClientAuthOptional, ClientAuthRequire:
+		return nil
+	}
+	return fmt.Errorf("server: client auth %q: use none, optional or require", string(c))
 }
 
 // ArchiveCore is what the server needs of the results archive:
@@ -128,11 +165,18 @@ func New(core Core, cfg Config) (*Server, error) {
 	if err := cfg.FleetEdgeMetrics.check(); err != nil {
 		return nil, err
 	}
+	if err := cfg.ClientAuth.check(); err != nil {
+		return nil, err
+	}
+	if cfg.ClientAuth == "" {
+		cfg.ClientAuth = ClientAuthNone
+	}
 	s := &Server{cfg: cfg, core: core, fleet: cfg.Fleet, log: cfg.Logger, quit: make(chan struct{}), errc: make(chan error, 3)}
 	var err error
 	if s.tokens, err = newTokens(cfg.EdgeTokens, cfg.APIToken, cfg.Fleet, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("server: tokens: %w", err)
 	}
+	s.tokens.clientAuth = cfg.ClientAuth
 	switch {
 	case cfg.CertFile != "" || cfg.KeyFile != "":
 		if cfg.CertFile == "" || cfg.KeyFile == "" {
@@ -146,7 +190,31 @@ func New(core Core, cfg Config) (*Server, error) {
 	case !cfg.Insecure:
 		return nil, errors.New("server: no TLS certificate and key; set them, or allow plaintext explicitly (insecure)")
 	}
+	grpcTLS := s.tls
+	switch {
+	case cfg.ClientAuth != ClientAuthNone && s.tls == nil:
+		return nil, fmt.Errorf("server: client auth %s needs TLS (a certificate and key)", cfg.ClientAuth)
+	case cfg.ClientAuth != ClientAuthNone && cfg.ClientCAFile == "":
+		return nil, fmt.Errorf("server: client auth %s needs a client CA file", cfg.ClientAuth)
+	case cfg.ClientAuth == ClientAuthNone && cfg.ClientCAFile != "":
+		return nil, errors.New("server: a client CA file without client auth (optional or require)")
+	case cfg.ClientAuth != ClientAuthNone:
+		pem, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: client CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("server: client CA %s holds no PEM certificate", cfg.ClientCAFile)
+		}
+		// Verified if given, in both modes: whether one is required is
+		// the edge services' to decide (tokens.edge), so that API
+		// clients on the same listener need none.
+		grpcTLS = s.tls.Clone()
+		grpcTLS.ClientAuth, grpcTLS.ClientCAs = tls.VerifyClientCertIfGiven, pool
+	}
 	s.metrics = newMetrics(core, cfg.Fleet, cfg.FleetEdgeMetrics, s.report, s.log)
+	s.tokens.refused = func(reason string) { s.metrics.authRefused.WithLabelValues(reason).Inc() }
 	if cfg.Archive != nil {
 		s.metrics.reg.MustRegister(cfg.Archive.Collector())
 	}
@@ -169,8 +237,9 @@ func New(core Core, cfg Config) (*Server, error) {
 		grpc.InitialConnWindowSize(connWindow),
 	}
 	grpcOpts := opts
-	if s.tls != nil {
-		grpcOpts = append(slices.Clip(opts), grpc.Creds(credentials.NewTLS(s.tls)))
+	if grpcTLS != nil {
+		creds := handshakeCounter{credentials.NewTLS(grpcTLS), s.metrics.handshakes, s.log}
+		grpcOpts = append(slices.Clip(opts), grpc.Creds(creds))
 	}
 	s.grpc = grpc.NewServer(grpcOpts...)
 	runnelv1.RegisterUplinkServer(s.grpc, &uplink{s: s})
@@ -237,8 +306,8 @@ func (s *Server) Start() error {
 		s.log.Warn("hub: serving without TLS (insecure): tokens and results cross the network in plaintext",
 			"grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String())
 	}
-	if len(s.cfg.EdgeTokens) == 0 {
-		s.log.Warn("hub: no edge tokens configured; every edge is refused")
+	if len(s.cfg.EdgeTokens) == 0 && s.cfg.ClientAuth == ClientAuthNone {
+		s.log.Warn("hub: no edge tokens configured and no client certificates asked for; every edge is refused")
 	}
 	if s.fleet != nil && s.cfg.APIToken == "" {
 		s.log.Warn("hub: no API token configured: the fleet's state is open to read and its changes are refused; set auth.api_token")
@@ -259,7 +328,7 @@ func (s *Server) Start() error {
 	} else {
 		serve("HTTP", func() error { return s.http.Serve(s.httpLis) })
 	}
-	s.log.Info("hub: listening", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String(), "tls", s.tls != nil)
+	s.log.Info("hub: listening", "grpc", s.grpcLis.Addr().String(), "http", s.httpLis.Addr().String(), "tls", s.tls != nil, "client_auth", string(s.cfg.ClientAuth))
 	return nil
 }
 
@@ -323,4 +392,32 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.innerConn.Close()
 	s.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// handshakeCounter counts (and logs) the gRPC listener's failed TLS
+// handshakes: a client certificate the CA did not sign, or one expired,
+// fails there, before any call the interceptor could count.
+type handshakeCounter struct {
+	credentials.TransportCredentials
+	failed prometheus.Counter
+	log    *slog.Logger
+}
+
+func (h handshakeCounter) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := h.TransportCredentials.ServerHandshake(c)
+	if err != nil {
+		h.failed.Inc()
+		// A refused certificate is the operator's to see; a scanner or a
+		// client that hung up is not worth more than debug.
+		lvl := slog.LevelDebug
+		if strings.Contains(err.Error(), "certificate") {
+			lvl = slog.LevelWarn
+		}
+		h.log.Log(context.Background(), lvl, "hub: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+	}
+	return conn, info, err
+}
+
+func (h handshakeCounter) Clone() credentials.TransportCredentials {
+	return handshakeCounter{h.TransportCredentials.Clone(), h.failed, h.log}
 }

@@ -105,7 +105,7 @@ func (u *uplink) Sync(stream grpc.BidiStreamingServer[runnelv1.SyncRequest, runn
 		return status.Error(codes.InvalidArgument, "uplink: the first message must be a Hello")
 	case hello.EdgeId != edge:
 		s.metrics.refused.Inc()
-		return status.Errorf(codes.PermissionDenied, "uplink: the token is edge %s's; Hello names %q", edge, hello.EdgeId)
+		return status.Errorf(codes.PermissionDenied, "uplink: this stream is edge %s's (by its token or client certificate); Hello names %q", edge, hello.EdgeId)
 	}
 	resume, err := s.core.Hello(edge, hello.Epoch, hello.NextSeq)
 	if err != nil {
@@ -188,7 +188,7 @@ func (u *uplink) recv(ctx context.Context, stream grpc.BidiStreamingServer[runne
 			return last, status.Error(codes.InvalidArgument, "uplink: expected a Batch; Hello is sent once, first")
 		case b.EdgeId != edge:
 			s.metrics.refused.Inc()
-			return last, status.Errorf(codes.PermissionDenied, "uplink: the token is edge %s's; the batch names %q", edge, b.EdgeId)
+			return last, status.Errorf(codes.PermissionDenied, "uplink: this stream is edge %s's (by its token or client certificate); the batch names %q", edge, b.EdgeId)
 		}
 		if ctx.Err() != nil {
 			return last, ctx.Err() // the stream is ending: leave the batch to the next one

@@ -89,7 +89,9 @@ type Config struct {
 	Hub    string // host:port of the hub's gRPC listener
 	Token  string // sent as "authorization: Bearer <token>"
 	// TLS secures the connection; nil means plaintext, allowed only with
-	// Insecure (tests, loopback demos).
+	// Insecure (tests, loopback demos). With a client certificate
+	// (Certificates or GetClientCertificate), a hub's refusal of it is
+	// reported as such (see certCreds).
 	TLS      *tls.Config
 	Insecure bool
 
@@ -177,6 +179,9 @@ func New(cfg Config, ob Outbox) (*Uplink, error) {
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
+		if hasClientCert(cfg.TLS) {
+			creds = certCreds{creds}
+		}
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
