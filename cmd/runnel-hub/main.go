@@ -138,6 +138,7 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	srv, err := server.New(h, server.Config{
 		GRPCAddr: c.GRPC.Addr, HTTPAddr: c.HTTP.Addr,
 		CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, Insecure: c.Plaintext(),
+		ClientAuth: server.ClientAuth(c.TLS.ClientAuth), ClientCAFile: c.TLS.ClientCAFile,
 		EdgeTokens: c.Auth.EdgeTokens, APIToken: c.Auth.APIToken,
 		Fleet: fc, FleetEdgeMetrics: server.EdgeMetrics(c.Fleet.EdgeMetrics), Archive: ac,
 		Version: version(), Logger: lg,
@@ -145,7 +146,7 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	if err != nil {
 		return errors.Join(err, closeAll())
 	}
-	lg.Info("runnel-hub: ready", "pipelines", len(ps), "edges_with_tokens", len(c.Auth.EdgeTokens), "data_dir", c.DataDir, "fleet", fl != nil)
+	lg.Info("runnel-hub: ready", "pipelines", len(ps), "edges_with_tokens", len(c.Auth.EdgeTokens), "client_auth", c.TLS.ClientAuth, "data_dir", c.DataDir, "fleet", fl != nil)
 	err = srv.Serve(ctx, c.ShutdownTimeout)
 	lg.Info("runnel-hub: stopping")
 	return errors.Join(err, closeAll())

@@ -54,8 +54,24 @@ type Archive struct {
 // Listener is a listen address, host:port.
 type Listener struct{ Addr string }
 
-// TLS is the certificate both listeners present; both files or neither.
-type TLS struct{ CertFile, KeyFile string }
+// TLS is the certificate both listeners present (both files or
+// neither) and whether edges authenticate with client certificates of
+// ClientCAFile (server.Config's fields of the same names).
+type TLS struct {
+	CertFile, KeyFile string
+	ClientAuth        ClientAuth
+	ClientCAFile      string
+}
+
+// ClientAuth is tls.client_auth. The values are server.ClientAuth's,
+// which runnel-hub passes it as.
+type ClientAuth string
+
+const (
+	ClientAuthNone     ClientAuth = "none"     // edges send tokens; no client certificates
+	ClientAuthOptional ClientAuth = "optional" // a certificate, a token, or both
+	ClientAuthRequire  ClientAuth = "require"  // edges need a certificate
+)
 
 // Auth holds the tokens. After Load, EdgeTokens holds the pairs read from
 // EdgeTokensFile and APIToken the contents of APITokenFile when that was

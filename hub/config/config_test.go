@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runnel-io/runnel/internal/settings"
+	"github.com/runnel-io/runnel/internal/testcert"
 )
 
 // TestSettingsTable: every Config leaf field has exactly one row, every
@@ -259,6 +260,61 @@ func TestFleetSettings(t *testing.T) {
 		_, err := loadData("hub.yaml", tc.file, args, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q %q: %v, want %q", tc.file, tc.flag, err, tc.want)
+		}
+	}
+}
+
+// TestClientAuthSettings: tls.client_auth and tls.client_ca_file load,
+// and every contradiction between them, the server certificate and the
+// CA file is listed at once.
+func TestClientAuthSettings(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testcert.Write(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadData("hub.yaml", "", nil, nil)
+	if err != nil || c.TLS.ClientAuth != ClientAuthNone || c.TLS.ClientCAFile != "" {
+		t.Fatalf("defaults: %+v %v", c.TLS, err)
+	}
+	c, err = loadData("", "", []string{"--tls-cert-file", ca.Cert, "--tls-key-file", ca.Key, "--tls-client-ca-file", ca.CA},
+		[]string{"RUNNEL_HUB_TLS_CLIENT_AUTH=require"})
+	if err != nil || c.TLS.ClientAuth != ClientAuthRequire || c.TLS.ClientCAFile != ca.CA {
+		t.Fatalf("require: %+v %v", c.TLS, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--tls-client-auth", "optional"}, []string{
+			"flag --tls-client-auth: optional needs tls.client_ca_file",
+		}},
+		{[]string{"--tls-client-auth", "optional", "--tls-client-ca-file", ca.CA}, []string{
+			"flag --tls-client-auth: optional needs TLS: set tls.cert_file and tls.key_file",
+		}},
+		{[]string{"--tls-cert-file", ca.Cert, "--tls-key-file", ca.Key, "--tls-client-ca-file", ca.CA}, []string{
+			"flag --tls-client-ca-file: has no effect with tls.client_auth none",
+		}},
+		{[]string{"--tls-cert-file", ca.Cert, "--tls-key-file", ca.Key, "--tls-client-auth", "require", "--tls-client-ca-file", ca.Key}, []string{
+			"flag --tls-client-ca-file: " + ca.Key + " holds no PEM certificate",
+		}},
+		{[]string{"--tls-cert-file", ca.Cert, "--tls-key-file", ca.Key, "--tls-client-auth", "always", "--tls-client-ca-file", dir + "/missing.pem"}, []string{
+			`flag --tls-client-auth: unknown value "always"`,
+			"flag --tls-client-ca-file: cannot read " + dir + "/missing.pem",
+		}},
+	} {
+		_, err := loadData("", "", tc.args, nil)
+		if err == nil {
+			t.Errorf("%v: loaded", tc.args)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: missing %q in:\n%v", tc.args, w, err)
+			}
+		}
+		if n := len(strings.Split(err.Error(), "\n")); n != len(tc.want) {
+			t.Errorf("%v: %d problems, want %d:\n%v", tc.args, n, len(tc.want), err)
 		}
 	}
 }

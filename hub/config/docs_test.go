@@ -94,8 +94,19 @@ variable or a command-line flag. The REST and gRPC API it serves is in
       gw-001     3f9c1d0e8b7a6f5e4d3c2b1a09f8e7d6
       gw-002     a1b2c3d4e5f60718293a4b5c6d7e8f90
 
-  An edge may only send data under its own id. Without the file every edge
-  is refused.
+  An edge may only send data under its own id. Without the file (and
+  without client certificates) every edge is refused.
+- Edges may authenticate with a TLS client certificate instead of, or
+  beside, their token: ` + "`tls.client_auth: optional`" + ` (a certificate, a
+  token, or both of the same edge) or ` + "`require`" + ` (edges need a
+  certificate), verified against ` + "`tls.client_ca_file`" + `. The certificate's
+  subject CN is the edge id (` + "`openssl req -subj /CN=gw-001`" + `), and any edge
+  id a valid certificate of that CA names is accepted, whether the tokens file
+  lists it or not: use a CA that signs edge certificates only. An edge
+  certificate calls only its edge's uplink and control stream; a certificate
+  and a token of two edges are refused. API clients need no certificate.
+  Revocation is not checked: issue short-lived certificates (the edge
+  reloads renewed files) or replace the CA. See [hub-api.md](hub-api.md).
 - ` + "`auth.api_token`" + ` is the admin API token. When set, the read API (REST,
   SSE, gRPC Results, Health and Fleet) requires it or a token created with it
   through the Fleet API (roles viewer, operator, admin; see

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -37,6 +38,18 @@ func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 			v.Add(v.Blame(certP, keyP), "%s and %s are not a certificate and its key: %v",
 				c.TLS.CertFile, c.TLS.KeyFile, strings.TrimPrefix(err.Error(), "tls: "))
 		}
+	}
+	const authP, caP = "tls.client_auth", "tls.client_ca_file"
+	switch on := c.TLS.ClientAuth != ClientAuthNone; {
+	case on && c.TLS.ClientCAFile == "" && v.OK(authP):
+		v.Add(authP, "%s needs tls.client_ca_file, the CA the edges' certificates are verified against", v.Value(authP))
+	case !on && c.TLS.ClientCAFile != "" && v.OK(authP):
+		v.Add(caP, "has no effect with tls.client_auth none; set tls.client_auth: optional or require")
+	case on && c.TLS.CertFile == "" && v.OK(authP, certP):
+		v.Add(authP, "%s needs TLS: set tls.cert_file and tls.key_file", v.Value(authP))
+	}
+	if ca := v.ReadFile(caP, c.TLS.ClientCAFile, maxPEMSize); ca != nil && !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		v.Add(caP, "%s holds no PEM certificate", c.TLS.ClientCAFile)
 	}
 	if c.TLS.CertFile == "" && c.TLS.KeyFile == "" && !c.Insecure {
 		for p, addr := range map[string]string{"grpc.addr": c.GRPC.Addr, "http.addr": c.HTTP.Addr} {

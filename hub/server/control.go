@@ -63,6 +63,7 @@ func (c *control) Connect(stream grpc.BidiStreamingServer[runnelv1.ControlReques
 	case reg == nil:
 		return status.Error(codes.InvalidArgument, "control: the first message must be a Register")
 	case reg.EdgeId != edge:
+		s.metrics.refused.Inc()
 		return status.Errorf(codes.PermissionDenied, "control: this stream is edge %s's (by its token or client certificate); Register names %q", edge, reg.EdgeId)
 	}
 	if err := checkRegister(reg); err != nil {
