@@ -23,6 +23,7 @@ import (
 	"github.com/runnel-io/runnel/checkpoint"
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/config"
+	"github.com/runnel-io/runnel/internal/edgecert"
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/examples"
@@ -295,6 +296,14 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 				}
 				up.TLS.RootCAs = x509.NewCertPool()
 				up.TLS.RootCAs.AppendCertsFromPEM(pem)
+			}
+			if c.Uplink.CertFile != "" {
+				// Read at each connection when renewed (internal/edgecert).
+				cert, err := edgecert.Load(c.Uplink.CertFile, c.Uplink.KeyFile, c.EdgeID, lg)
+				if err != nil {
+					return edge.NodeConfig{}, err
+				}
+				up.TLS.GetClientCertificate = cert.GetClientCertificate
 			}
 		}
 		nc.Uplink = up

@@ -150,12 +150,15 @@ type Uplink struct {
 	Hub string // host:port of the hub's gRPC listener; empty: no uplink
 	// Token holds the edge's bearer token however it was given: after
 	// Load, the contents of TokenFile when that was set. Never log it.
-	Token        string
-	TokenFile    string
-	CAFile       string // PEM roots to verify the hub with; empty: the system roots
-	ServerName   string // name to verify, when it differs from the address's host
-	Insecure     bool   // plaintext, no TLS (loopback tests and demos only)
-	BatchEntries int
+	Token      string
+	TokenFile  string
+	CAFile     string // PEM roots to verify the hub with; empty: the system roots
+	ServerName string // name to verify, when it differs from the address's host
+	// CertFile and KeyFile are the edge's TLS client certificate (subject
+	// CN = EdgeID, internal/edgecert) and its key; both or neither.
+	CertFile, KeyFile string
+	Insecure          bool // plaintext, no TLS (loopback tests and demos only)
+	BatchEntries      int
 }
 
 // Fleet configures the edge agent: the control stream to the hub.

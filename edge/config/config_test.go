@@ -22,6 +22,7 @@ import (
 	"github.com/runnel-io/runnel/operators/spec"
 
 	"github.com/runnel-io/runnel/internal/settings"
+	"github.com/runnel-io/runnel/internal/testcert"
 )
 
 // wantDefaults is the whole Config an empty config gives, written out by
@@ -955,5 +956,78 @@ func TestSnapshotSettings(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("store %q, interval %v: got %q, want %q", tc.store, tc.interval, got, tc.want)
 		}
+	}
+}
+
+// TestUplinkClientCert: uplink.tls.cert_file and key_file load, and a bad
+// pair is refused at start with every problem listed: a missing file, a
+// key of another certificate, a certificate of another edge, one not for
+// client authentication, half a pair, and a pair with insecure.
+func TestUplinkClientCert(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testcert.Write(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(name, cn string, eku ...x509.ExtKeyUsage) (string, string) {
+		c, k, err := testcert.WriteClient(ca, dir, name, testcert.Client{CommonName: cn, ExtKeyUsage: eku})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, k
+	}
+	good, goodKey := issue("gw-1", "gw-1")
+	other, otherKey := issue("gw-2", "gw-2")
+	serverOnly, serverOnlyKey := issue("srv", "gw-1", x509.ExtKeyUsageServerAuth)
+	expired, expiredKey, err := testcert.WriteClient(ca, dir, "old", testcert.Client{CommonName: "gw-1", NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--edge-id", "gw-1", "--uplink-hub", "hub:7443", "--uplink-tls-ca-file", ca.CA}
+	for _, pair := range [][2]string{{good, goodKey}, {expired, expiredKey}} {
+		c, err := loadData("", "", append(base, "--uplink-tls-cert-file", pair[0], "--uplink-tls-key-file", pair[1]), nil)
+		if err != nil || c.Uplink.CertFile != pair[0] || c.Uplink.KeyFile != pair[1] {
+			t.Fatalf("%s: %+v %v", pair[0], c.Uplink, err)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--uplink-tls-cert-file", dir + "/missing.pem", "--uplink-tls-key-file", goodKey}, []string{
+			"flag --uplink-tls-cert-file: cannot read " + dir + "/missing.pem"}},
+		{[]string{"--uplink-tls-cert-file", good, "--uplink-tls-key-file", otherKey}, []string{
+			"flag --uplink-tls-cert-file: " + good + " and " + otherKey + " are not a certificate and its key: private key does not match public key"}},
+		{[]string{"--uplink-tls-cert-file", other, "--uplink-tls-key-file", otherKey}, []string{
+			`flag --uplink-tls-cert-file: ` + other + `: the certificate is another edge's: its subject CN is "gw-2", and this edge is "gw-1"`}},
+		{[]string{"--uplink-tls-cert-file", serverOnly, "--uplink-tls-key-file", serverOnlyKey}, []string{
+			"flag --uplink-tls-cert-file: " + serverOnly + ": the certificate is not for client authentication"}},
+		{[]string{"--uplink-tls-cert-file", good}, []string{
+			"flag --uplink-tls-cert-file: a client certificate needs its private key: set uplink.tls.key_file too"}},
+		{[]string{"--uplink-tls-key-file", goodKey, "--uplink-insecure"}, []string{
+			"flag --uplink-tls-ca-file: TLS settings contradict uplink.insecure: true",
+			"flag --uplink-tls-key-file: TLS settings contradict uplink.insecure: true",
+			"flag --uplink-tls-key-file: a private key without uplink.tls.cert_file; set both or neither"}},
+	} {
+		_, err := loadData("", "", append(slices.Clone(base), tc.args...), nil)
+		if err == nil {
+			t.Errorf("%v: loaded", tc.args)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: missing %q in:\n%v", tc.args, w, err)
+			}
+		}
+		if n := len(strings.Split(err.Error(), "\n")); n != len(tc.want) {
+			t.Errorf("%v: %d problems, want %d:\n%v", tc.args, n, len(tc.want), err)
+		}
+	}
+	// Every problem at once: another edge's certificate and a missing key
+	// file of the broker beside it.
+	_, err = loadData("", "", append(slices.Clone(base), "--uplink-tls-cert-file", other, "--uplink-tls-key-file", otherKey,
+		"--broker-url", "mqtts://b:8883", "--broker-tls-cert-file", good, "--broker-tls-key-file", dir+"/nokey"), nil)
+	if err == nil || len(strings.Split(err.Error(), "\n")) != 2 {
+		t.Errorf("two problems: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/runnel-io/runnel/internal/edgecert"
 	"github.com/runnel-io/runnel/internal/settings"
 )
 
@@ -114,7 +115,8 @@ func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 		path string
 		set  bool
 	}{{tok, u.Token != "" && u.TokenFile == ""}, {tokFile, u.TokenFile != ""}, {"uplink.tls.ca_file", u.CAFile != ""},
-		{"uplink.tls.server_name", u.ServerName != ""}, {"uplink.insecure", u.Insecure}}
+		{"uplink.tls.server_name", u.ServerName != ""}, {"uplink.tls.cert_file", u.CertFile != ""}, {"uplink.tls.key_file", u.KeyFile != ""},
+		{"uplink.insecure", u.Insecure}}
 	for _, o := range uplinkOnly {
 		switch {
 		case !o.set:
@@ -127,6 +129,29 @@ func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 	if c.Uplink.CAFile != "" && v.OK("uplink.tls.ca_file") {
 		if data := v.ReadFile("uplink.tls.ca_file", c.Uplink.CAFile, 1<<20); data != nil && !x509.NewCertPool().AppendCertsFromPEM(data) {
 			v.Add("uplink.tls.ca_file", "%s holds no PEM certificate", c.Uplink.CAFile)
+		}
+	}
+
+	const ucert, ukey = "uplink.tls.cert_file", "uplink.tls.key_file"
+	switch {
+	case u.CertFile != "" && u.KeyFile == "" && v.OK(ukey):
+		v.Add(ucert, "a client certificate needs its private key: set uplink.tls.key_file too")
+	case u.KeyFile != "" && u.CertFile == "" && v.OK(ucert):
+		v.Add(ukey, "a private key without uplink.tls.cert_file; set both or neither")
+	}
+	if u.Hub != "" && !u.Insecure {
+		cert := v.ReadFile(ucert, u.CertFile, maxPEMSize)
+		key := v.ReadFile(ukey, u.KeyFile, maxPEMSize)
+		if cert != nil && key != nil {
+			pair, err := edgecert.Pair(cert, key)
+			switch {
+			case err != nil:
+				v.Add(v.Blame(ucert, ukey), "%s and %s are not a certificate and its key: %v", u.CertFile, u.KeyFile, err)
+			case v.OK("edge_id"):
+				if err := edgecert.Check(pair.Leaf, c.EdgeID); err != nil {
+					v.Add(v.Blame(ucert, "edge_id"), "%s: %s", u.CertFile, strings.TrimPrefix(err.Error(), "edgecert: "))
+				}
+			}
 		}
 	}
 
