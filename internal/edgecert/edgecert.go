@@ -85,7 +85,7 @@ func Pair(certPEM, keyPEM []byte) (tls.Certificate, error) {
 // tls.Config.GetClientCertificate. Safe for concurrent use.
 type Files struct {
 	certFile, keyFile, edge string
-	lg                  *slog.Logger
+	lg                      *slog.Logger
 
 	mu       sync.Mutex
 	cur      *tls.Certificate

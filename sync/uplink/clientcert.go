@@ -26,7 +26,9 @@ const certPeek = 5 * time.Second
 // (its HTTP/2 settings), and turns an alert into a handshake error that
 // says the hub refused the certificate. The bytes read are given to gRPC
 // first. With nothing in time the connection goes on as it is.
-type certCreds struct{ credentials.TransportCredentials }
+type certCreds struct {
+	credentials.TransportCredentials
+}
 
 func (c certCreds) Clone() credentials.TransportCredentials {
 	return certCreds{c.TransportCredentials.Clone()}
