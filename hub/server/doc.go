@@ -43,6 +43,21 @@
 //     its role). The handler gets the caller (callerOf), whose name is
 //     the who of the change.
 //
+// With Config.ClientAuth optional or require, the gRPC listener also
+// verifies a client certificate given against Config.ClientCAFile, and a
+// verified one names its edge by its subject CN (internal/edgecert).
+// tokens.edge resolves a stream's edge from the token, the certificate,
+// or both (which must agree: PermissionDenied otherwise), and the
+// handlers hold every Hello, Batch and Register to it: one check for
+// both credentials. Under require an edge stream without a verified
+// certificate is Unauthenticated, whatever its token. A connection with
+// an edge certificate calls no API method (PermissionDenied). Any edge id
+// a certificate of the CA names is accepted, listed in EdgeTokens or not.
+// Certificates of another CA, expired or not for client authentication
+// fail the handshake (runnel_hub_tls_handshake_failures_total, a logged
+// warning); streams refused after it count in
+// runnel_hub_edge_auth_refused_total by reason.
+//
 // A token of the wrong kind is PermissionDenied, a role too low
 // PermissionDenied naming the role needed, no token or an unknown one
 // Unauthenticated. Without an APIToken a call with no token is an
@@ -126,8 +141,9 @@
 //     message; clients resubscribe and query the gap.
 //   - Browsers' EventSource cannot send an Authorization header: with an
 //     API token, SSE needs a client that can (curl, most SDKs) or a proxy.
-//   - TLS certificates are read once, at New; renewing one needs a
-//     restart.
+//   - TLS certificates and the client CA are read once, at New; renewing
+//     one needs a restart. Client certificates are not checked for
+//     revocation.
 //   - A hub with a fleet and no API token shows the fleet's state to
 //     anyone who reaches the listeners, and nobody can change it.
 //   - An edge that stops reading its control stream holds its handler in

@@ -33,4 +33,11 @@
 // (InvalidArgument without detail), or of the edge's epoch, is retried after
 // the back-off and reported (Stats.Refusal), since only an operator can fix
 // it.
+//
+// Client certificates. With one in Config.TLS, a hub that refuses it (under
+// TLS 1.3 the refusal arrives after the client's handshake is done) ends the
+// connection attempt with an error that says so, naming the hub's TLS alert
+// (expired certificate, unknown certificate authority), rather than the
+// broken pipe the first write would meet: after the handshake the uplink
+// waits up to 5 s for the hub's first bytes (clientcert.go).
 package uplink
