@@ -66,7 +66,12 @@ func procPeakRSS(pid int) int64 {
 // two one after the other (-count runs each sub-benchmark count times in a
 // row), so compare runs made close together.
 func BenchmarkEdgeIngest(b *testing.B) {
-	const devices = 100_000
+	for _, devices := range []int{10, 100_000} {
+		b.Run(fmt.Sprintf("devices=%d", devices), func(b *testing.B) { benchEdgeIngest(b, devices) })
+	}
+}
+
+func benchEdgeIngest(b *testing.B, devices int) {
 	payloads := make([][]byte, 0, 1<<16)
 	rng := rand.New(rand.NewPCG(5, 5))
 	for range cap(payloads) {

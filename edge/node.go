@@ -102,6 +102,7 @@ type node struct {
 	store *state.Store
 	pipes []*pipe
 	acks  ackQueue
+	rec   []byte          // the MQTT handler's record being appended
 	last  checkpoint.Meta // the last committed checkpoint
 
 	status  status
@@ -467,6 +468,7 @@ func (n *node) run(ctx context.Context) error {
 		mc.ReceiveMaximum = broker.DefaultMaxInflight
 	}
 	mc.Topics = subs
+	mc.MaxMessage = n.maxRecord // a longer payload is kept as an oversized record's start
 	if mc.Logger == nil {
 		mc.Logger = n.lg
 	}
@@ -536,12 +538,13 @@ func (n *node) run(ctx context.Context) error {
 	return runErr
 }
 
-// handle is the MQTT handler: append, and acknowledge once durable.
-func (n *node) handle(m mqtt.Message, ack func()) {
+// handle is the MQTT handler: it appends each message of a batch to the
+// ingest log and acknowledges the batch once the last of them is durable.
+func (n *node) handle(b *mqtt.Batch) {
 	if n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap {
 		if n.cfg.DropAtCap {
-			n.dropAtCap()
-			ack()
+			n.dropAtCap(len(b.Messages))
+			b.Acks.Ack()
 			return
 		}
 		n.waitForDisk()
@@ -549,29 +552,41 @@ func (n *node) handle(m mqtt.Message, ack func()) {
 	now := time.Now().UnixMilli()
 	n.lastMessage.Store(now)
 	n.appendClock(now)
-	var rec []byte
-	switch {
-	case m.Topic == "":
-		// MQTT topic names are never empty (a v5 topic alias is resolved
-		// before the handler): no pipeline can take it.
-		n.status.emptyTopic.Add(1)
-		ack()
-		return
-	case recordLen(m.Topic, m.Payload) > n.maxRecord:
-		// Too long for the log: acknowledge it and keep its start as a
-		// dead letter, rather than leave it unacknowledged in front of
-		// every later message.
-		n.status.oversized.Add(1)
-		rec = encodeOversized(nil, m.Topic, m.Payload)
-	default:
-		rec = encodeRecord(nil, m.Topic, m.Payload)
+	last, appended := ingestlog.Position(0), false
+	for i := range b.Messages {
+		m := &b.Messages[i]
+		switch {
+		case m.Topic == "":
+			// MQTT topic names are never empty (a v5 topic alias is
+			// resolved before the handler): no pipeline can take it.
+			n.status.emptyTopic.Add(1)
+			continue
+		case m.Size > len(m.Payload) || recordLen(m.Topic, m.Payload) > n.maxRecord:
+			// Too long for the log: acknowledge it and keep its start as
+			// a dead letter, rather than leave it unacknowledged in front
+			// of every later message.
+			n.status.oversized.Add(1)
+			n.rec = encodeOversized(n.rec[:0], m.Topic, m.Payload, m.Size)
+		default:
+			n.rec = encodeRecord(n.rec[:0], m.Topic, m.Payload)
+		}
+		pos, err := n.log.Append(context.Background(), n.rec)
+		if err != nil {
+			// The log has failed: the node stops, and the broker
+			// redelivers the batch to the next run.
+			n.lg.Error("edge: ingest log append; the broker will redeliver", "topic", m.Topic, "err", err)
+			return
+		}
+		last, appended = pos, true
 	}
-	pos, err := n.log.Append(context.Background(), rec)
-	if err != nil {
-		n.lg.Error("edge: ingest log append; the broker will redeliver", "topic", m.Topic, "err", err)
+	if cap(n.rec) > 64<<10 {
+		n.rec = nil
+	}
+	if !appended {
+		b.Acks.Ack()
 		return
 	}
-	n.acks.push(pos, ack)
+	n.acks.push(last, b.Acks)
 	// The commit may have happened between Append and push.
 	n.acks.durable(n.log.Durable())
 }
@@ -627,10 +642,10 @@ func (n *node) waitForDisk() {
 	}
 }
 
-// dropAtCap counts a message dropped at the disk cap (policy drop_raw)
+// dropAtCap counts messages dropped at the disk cap (policy drop_raw)
 // and warns at most every 10 s.
-func (n *node) dropAtCap() {
-	dropped := n.status.capDropped.Add(1)
+func (n *node) dropAtCap(count int) {
+	dropped := n.status.capDropped.Add(uint64(count))
 	now := time.Now().UnixNano()
 	if last := n.status.capDropWarned.Load(); now-last > int64(10*time.Second) && n.status.capDropWarned.CompareAndSwap(last, now) {
 		n.lg.Warn("edge: disk cap reached; dropping incoming messages (disk_cap.policy drop_raw)",
@@ -862,8 +877,8 @@ func matches(p *operators.Pipeline, topic string) bool {
 	return m == nil || mqtt.Match(m.Topic, topic)
 }
 
-// ackQueue holds the acks of appended messages until the log says they
-// are durable; acks go out in arrival order.
+// ackQueue holds the acks of appended batches until the log says their
+// last records are durable; acks go out in arrival order.
 type ackQueue struct {
 	mu   sync.Mutex
 	q    []pendingAck
@@ -872,28 +887,28 @@ type ackQueue struct {
 }
 
 type pendingAck struct {
-	pos ingestlog.Position
-	ack func()
+	last ingestlog.Position // the batch's last record
+	acks mqtt.Acks
 }
 
-func (a *ackQueue) push(pos ingestlog.Position, ack func()) {
+func (a *ackQueue) push(last ingestlog.Position, acks mqtt.Acks) {
 	a.mu.Lock()
-	a.q = append(a.q, pendingAck{pos, ack})
+	a.q = append(a.q, pendingAck{last, acks})
 	a.mu.Unlock()
 }
 
-// durable is ingestlog's OnDurable: acknowledge every message below upTo.
+// durable is ingestlog's OnDurable: acknowledge every batch below upTo.
 // Acks are sent under the lock so that they leave in arrival order even
 // when the committer and the handler both call it.
 func (a *ackQueue) durable(upTo ingestlog.Position) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.head == len(a.q) || a.q[a.head].pos >= upTo {
+	if a.head == len(a.q) || a.q[a.head].last >= upTo {
 		return
 	}
 	send := func() {
-		for a.head < len(a.q) && a.q[a.head].pos < upTo {
-			a.q[a.head].ack()
+		for a.head < len(a.q) && a.q[a.head].last < upTo {
+			a.q[a.head].acks.Ack()
 			a.q[a.head] = pendingAck{}
 			a.head++
 		}

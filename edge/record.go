@@ -55,9 +55,11 @@ func encodeClock(dst []byte, ms int64) []byte {
 	return binary.AppendVarint(dst, ms)
 }
 
-func encodeOversized(dst []byte, topic string, payload []byte) []byte {
+// encodeOversized keeps the start of a message of size bytes whose payload
+// starts with payload.
+func encodeOversized(dst []byte, topic string, payload []byte, size int) []byte {
 	dst = append(dst, 0, recordOversized)
-	dst = binary.AppendUvarint(dst, uint64(len(payload)))
+	dst = binary.AppendUvarint(dst, uint64(size))
 	dst = binary.AppendUvarint(dst, uint64(len(topic)))
 	dst = append(dst, topic...)
 	return append(dst, payload[:min(len(payload), oversizedPrefix)]...)

@@ -261,6 +261,7 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 			ClientID: c.Broker.ClientID, Username: c.Broker.Username, Password: c.Broker.Password,
 			ReceiveMaximum: uint16(c.Broker.ReceiveMaximum), SessionExpiry: c.Broker.SessionExpiry,
 			KeepAlive: c.Broker.KeepAlive, ConnectRetryMin: c.Broker.Reconnect.Min, ConnectRetryMax: c.Broker.Reconnect.Max,
+			BatchWait: c.Broker.BatchWait,
 		},
 		CheckpointInterval: c.Checkpoint.Interval,
 		IngestLog: ingestlog.Options{
@@ -327,6 +328,9 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 		}
 		nc.RawArchive = &edge.RawArchive{Archive: &rawarchive.Archive{Store: st}, Interval: c.RawArchive.Interval,
 			YieldOutboxBytes: c.RawArchive.YieldOutboxBytes, MaxBytes: c.RawArchive.MaxBytes, Topics: c.RawArchive.Topics}
+	}
+	if nc.Broker.BatchWait == 0 {
+		nc.Broker.BatchWait = -1 // none (mqtt's zero is its default)
 	}
 	return nc, nil
 }

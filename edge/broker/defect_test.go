@@ -20,7 +20,7 @@ func source(t *testing.T, b *Broker, rm uint16) (*mqtt.Source, <-chan delivery) 
 	src, err := mqtt.Start(t.Context(), mqtt.Config{
 		Brokers: []string{b.URL()}, ClientID: "pinned", ReceiveMaximum: rm,
 		Topics: []mqtt.Subscription{{Filter: "d/#", QoS: 1}}, Logger: quiet(),
-	}, func(m mqtt.Message, ack func()) { ch <- delivery{m, ack} })
+	}, mqtt.Each(func(m mqtt.Message, ack func()) { ch <- delivery{m, ack} }))
 	if err != nil {
 		t.Fatal(err)
 	}

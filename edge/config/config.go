@@ -73,6 +73,9 @@ type Broker struct {
 	SessionExpiry  time.Duration // whole seconds; MQTT v5 only
 	KeepAlive      time.Duration // whole seconds
 	Reconnect      Reconnect
+	// BatchWait is how long the MQTT source waits between reads of the
+	// connection for more messages to share a wake-up; 0: none.
+	BatchWait time.Duration
 }
 
 // TLS configures mqtts:// connections. Files are PEM.

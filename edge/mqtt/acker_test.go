@@ -2,20 +2,40 @@ package mqtt
 
 import (
 	"bytes"
+	"io"
+	"net"
 	"slices"
 	"testing"
 
 	"github.com/eclipse/paho.golang/packets"
 )
 
-// connected returns an acker whose connection writes into a buffer.
-func connected(t *testing.T, a *acker) *bytes.Buffer {
+// connected starts the acker's next connection generation, whose
+// connection writes into a buffer.
+func connected(t testing.TB, a *acker) (uint64, *bytes.Buffer) {
 	t.Helper()
-	var w bytes.Buffer
-	if err := a.ConAckReceived(&w, &packets.Connect{}, &packets.Connack{SessionPresent: true}); err != nil {
-		t.Fatal(err)
+	w := &bytes.Buffer{}
+	gen := a.gen + 1
+	a.connected(gen, newBufConn(writeConn{w: w}))
+	return gen, w
+}
+
+// writeConn is a net.Conn that only writes, into w.
+type writeConn struct {
+	net.Conn
+	w io.Writer
+}
+
+func (c writeConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c writeConn) Close() error                { return nil }
+
+// qos returns n messages of the given QoS with packet IDs from id on.
+func qos(q byte, id uint16, n int) []Message {
+	var ms []Message
+	for i := range n {
+		ms = append(ms, Message{QoS: q, PacketID: id + uint16(i)})
 	}
-	return &w
+	return ms
 }
 
 // acksIn decodes the PUBACKs written to w, in order.
@@ -51,16 +71,15 @@ func TestAckerOrder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := newAcker(64)
-			w := connected(t, a)
-			type msg struct{ gen, seq uint64 }
-			var msgs []msg
+			gen, w := connected(t, a)
+			var seqs []uint64
 			for i := range 5 {
-				gen, seq, _ := a.track(uint16(10+i), 1)
-				msgs = append(msgs, msg{gen, seq})
+				seq, _, _ := a.track(gen, qos(1, uint16(10+i), 1))
+				seqs = append(seqs, seq)
 			}
 			var ids []uint16
 			for k, i := range tt.order {
-				a.ack(msgs[i].gen, msgs[i].seq)
+				a.ack(gen, seqs[i], seqs[i]+1)
 				ids = append(ids, acksIn(t, w)...)
 				if len(ids) != tt.after[k] {
 					t.Fatalf("after acking #%d (step %d): %d PUBACKs out, want %d", i, k, len(ids), tt.after[k])
@@ -81,24 +100,27 @@ func TestAckerOrder(t *testing.T) {
 // packet ID for another message.
 func TestAckerDropsAcksOfOldConnections(t *testing.T) {
 	a := newAcker(64)
-	w1 := connected(t, a)
-	gen1, seq1, _ := a.track(7, 1)
-	_, _, _ = a.track(8, 1)
-	if err := a.ConnectionLost(nil); err != nil {
-		t.Fatal(err)
-	}
-	if a.ack(gen1, seq1) {
+	gen1, w1 := connected(t, a)
+	seq1, _, _ := a.track(gen1, qos(1, 7, 1))
+	_, _, _ = a.track(gen1, qos(1, 8, 1))
+	a.lost(gen1)
+	if a.ack(gen1, seq1, seq1+1) {
 		t.Fatal("ack while disconnected reported sent")
 	}
-	w2 := connected(t, a)
-	gen2, seq2, _ := a.track(7, 1) // the broker reuses ID 7 for a new message
-	if a.ack(gen1, seq1) {
+	gen2, w2 := connected(t, a)
+	seq2, _, _ := a.track(gen2, qos(1, 7, 1)) // the broker reuses ID 7 for a new message
+	if a.ack(gen1, seq1, seq1+1) {
 		t.Fatal("ack of generation 1 on generation 2 reported sent")
+	}
+	// A late batch of the old connection (its reader still finishing) is
+	// not tracked at all.
+	if first, end, _ := a.track(gen1, qos(1, 9, 3)); first != end {
+		t.Fatalf("old generation's batch tracked as %d..%d", first, end)
 	}
 	if got := append(acksIn(t, w1), acksIn(t, w2)...); len(got) != 0 {
 		t.Fatalf("stale acks wrote PUBACKs %v", got)
 	}
-	if !a.ack(gen2, seq2) {
+	if !a.ack(gen2, seq2, seq2+1) {
 		t.Fatal("live ack dropped")
 	}
 	if got := acksIn(t, w2); !slices.Equal(got, []uint16{7}) {
@@ -114,10 +136,10 @@ func TestAckerDropsAcksOfOldConnections(t *testing.T) {
 // them).
 func TestAckerCountsReceiveMaximumOverflow(t *testing.T) {
 	a := newAcker(2)
-	connected(t, a)
+	gen, _ := connected(t, a)
 	var overs []bool
 	for i := range 4 {
-		_, _, over := a.track(uint16(i+1), 1)
+		_, _, over := a.track(gen, qos(1, uint16(i+1), 1))
 		overs = append(overs, over)
 	}
 	if !slices.Equal(overs, []bool{false, false, true, true}) || a.overflow.Load() != 2 {
@@ -127,9 +149,9 @@ func TestAckerCountsReceiveMaximumOverflow(t *testing.T) {
 
 func TestAckerQoS2SendsPubrec(t *testing.T) {
 	a := newAcker(64)
-	w := connected(t, a)
-	gen, seq, _ := a.track(9, 2)
-	a.ack(gen, seq)
+	gen, w := connected(t, a)
+	seq, _, _ := a.track(gen, qos(2, 9, 1))
+	a.ack(gen, seq, seq+1)
 	cp, err := packets.ReadPacket(w)
 	if err != nil {
 		t.Fatal(err)
@@ -139,23 +161,35 @@ func TestAckerQoS2SendsPubrec(t *testing.T) {
 	}
 }
 
-// Steady state: tracking and acking allocate only what paho's PUBACK
-// encoding does.
-func BenchmarkAck(b *testing.B) {
+// A batch acked at once: its QoS 0 messages take no acknowledgement, the
+// others go out in order, in one write when corked.
+func TestAckerBatch(t *testing.T) {
 	a := newAcker(64)
-	var w discard
-	if err := a.ConAckReceived(&w, &packets.Connect{}, &packets.Connack{SessionPresent: true}); err != nil {
-		b.Fatal(err)
+	gen, w := connected(t, a)
+	msgs := append(append(qos(1, 1, 2), qos(0, 0, 2)...), qos(1, 3, 2)...)
+	first, end, _ := a.track(gen, msgs)
+	if end-first != 4 {
+		t.Fatalf("tracked %d, want the 4 QoS 1 messages", end-first)
 	}
-	b.ReportAllocs()
-	var id uint16
-	for b.Loop() {
-		id++
-		gen, seq, _ := a.track(id, 1)
-		a.ack(gen, seq)
+	a.batch(func() { a.ack(gen, first, end) })
+	if got := acksIn(t, w); !slices.Equal(got, []uint16{1, 2, 3, 4}) {
+		t.Fatalf("PUBACKs %v", got)
+	}
+	if a.ack(gen, first, end) {
+		t.Fatal("second ack reported sent")
 	}
 }
 
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
+// Steady state: tracking and acking a batch allocate nothing.
+func BenchmarkAck(b *testing.B) {
+	a := newAcker(1024)
+	gen, _ := connected(b, a)
+	a.conn = newBufConn(writeConn{w: io.Discard})
+	msgs := qos(1, 1, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		first, end, _ := a.track(gen, msgs)
+		a.batch(func() { a.ack(gen, first, end) })
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/msg")
+}

@@ -94,7 +94,7 @@ func startSourceReceiver(b *testing.B, hostPort string, c *counter) func() {
 	src, err := Start(context.Background(), Config{
 		Brokers: []string{"mqtt://" + hostPort}, ClientID: "bench-source", CleanStart: true,
 		Topics: []Subscription{{Filter: "bench/#", QoS: 1}}, ReceiveMaximum: 64, Logger: quietLogger(),
-	}, func(_ Message, ack func()) { ack(); c.add() })
+	}, Each(func(_ Message, ack func()) { ack(); c.add() }))
 	if err != nil {
 		b.Fatal(err)
 	}

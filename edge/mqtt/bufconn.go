@@ -1,34 +1,86 @@
 package mqtt
 
 import (
-	"bufio"
 	"net"
 	"sync"
 )
 
-// bufConn is the connection paho reads and writes. Reads go through a
-// buffer: paho reads a packet a few bytes at a time (type, length bytes,
-// body), which on a bare socket is a syscall each. Writes are collected per
-// packet (paho holds the connection's Locker for a packet's writes) and go
-// out as one write when the packet is complete — or, while corked, when
-// the cork is released, so that a run of acknowledgements is one syscall
-// instead of one each.
+// bufConn is one connection to the broker, shared by the source's reader
+// (wire.go) and the client library (paho.golang for v5, paho.mqtt.golang
+// for v3.1.1).
+//
+// Reads: the source's reader owns the socket. It takes the PUBLISH and
+// PUBREL packets itself and queues every other packet (CONNACK, SUBACK,
+// PINGRESP, the acknowledgements of our own publishes, DISCONNECT) for the
+// library, which reads them through Read as if from the socket.
+//
+// Writes are collected per packet (paho holds the connection's Locker for
+// a packet's writes) and go out as one write when the packet is complete —
+// or, while corked, when the cork is released, so that a run of
+// acknowledgements is one syscall instead of one each.
 type bufConn struct {
 	net.Conn
-	r *bufio.Reader
 
 	mu     sync.Mutex // held by paho for each packet (sync.Locker), and by cork/uncork
 	buf    []byte
 	corked int
 	err    error // sticky write error: the connection is closed
+
+	// The library's packets, queued by the reader.
+	rmu   sync.Mutex
+	rcond sync.Cond
+	rq    []byte
+	rerr  error // the reader's end: the socket failed or was closed
 }
 
 func newBufConn(c net.Conn) *bufConn {
-	return &bufConn{Conn: c, r: bufio.NewReaderSize(c, 32<<10)}
+	bc := &bufConn{Conn: c}
+	bc.rcond.L = &bc.rmu
+	return bc
 }
 
-// Read is called by paho's single reader goroutine only.
-func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// Read gives the library the packets the reader queued for it; it blocks
+// until there are some or the reader has ended.
+func (c *bufConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for len(c.rq) == 0 && c.rerr == nil {
+		c.rcond.Wait()
+	}
+	if len(c.rq) == 0 {
+		return 0, c.rerr
+	}
+	n := copy(p, c.rq)
+	c.rq = c.rq[:copy(c.rq, c.rq[n:])]
+	return n, nil
+}
+
+// queue hands one packet to the library.
+func (c *bufConn) queue(pkt []byte) {
+	c.rmu.Lock()
+	c.rq = append(c.rq, pkt...)
+	c.rmu.Unlock()
+	c.rcond.Signal()
+}
+
+// endRead tells the library the connection has ended, once it has read
+// what is queued.
+func (c *bufConn) endRead(err error) {
+	c.rmu.Lock()
+	if c.rerr == nil {
+		c.rerr = err
+	}
+	c.rmu.Unlock()
+	c.rcond.Broadcast()
+}
+
+// Close closes the socket (which ends the reader) and ends the library's
+// reads at once, even while the reader is held up in the handler.
+func (c *bufConn) Close() error {
+	err := c.Conn.Close()
+	c.endRead(net.ErrClosed)
+	return err
+}
 
 // Lock and Unlock make bufConn a sync.Locker: paho takes it around the
 // writes of one packet.
@@ -50,6 +102,17 @@ func (c *bufConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// writeShort writes one packet of the 4-byte form PUBACK, PUBREC and
+// PUBCOMP take for success (both protocol versions; MQTT v5 §3.4.2.1):
+// fixed header, remaining length 2, packet ID.
+func (c *bufConn) writeShort(typ byte, id uint16) error {
+	b := [4]byte{typ << 4, 2, byte(id >> 8), byte(id)}
+	c.Lock()
+	defer c.Unlock() // flushes, unless corked
+	_, err := c.Write(b[:])
+	return err
+}
+
 func (c *bufConn) flush() {
 	if len(c.buf) == 0 || c.err != nil {
 		c.buf = c.buf[:0]
@@ -58,10 +121,10 @@ func (c *bufConn) flush() {
 	_, err := c.Conn.Write(c.buf)
 	c.buf = c.buf[:0]
 	if err != nil {
-		// paho's reader sees the closed connection and reconnects; the
-		// broker redelivers what was not acknowledged.
+		// The reader sees the closed connection and the source
+		// reconnects; the broker redelivers what was not acknowledged.
 		c.err = err
-		c.Conn.Close()
+		c.Close()
 	}
 	if cap(c.buf) > 64<<10 {
 		c.buf = nil

@@ -14,23 +14,19 @@ import (
 )
 
 // link311 is one MQTT v3.1.1 connection. A paho.mqtt.golang client does
-// the handshake, keep-alive, SUBSCRIBE, PUBLISH and the QoS 2 tail
-// (PUBREL/PUBCOMP); the source keeps the rest, as on the v5 path:
+// the handshake, keep-alive, SUBSCRIBE and our own publishes; the source
+// keeps the rest, as on the v5 path:
 //
 //   - A new client per connection, with automatic reconnection off: the
 //     connection loop (Source.run) owns reconnecting and its back-off, and
 //     nothing of one connection (a PUBACK, a pending publish) can leak
 //     into the next.
-//   - Automatic acknowledgement off, and Message.Ack never called: the
-//     acker writes PUBACK/PUBREC itself, through conn311 (writeAck), so
-//     that acks are ordered, tied to their connection's generation and
-//     corked by AckBatch exactly as with v5. paho's own path would hand
-//     each ack through two goroutines and write it alone.
-//   - A store that keeps nothing (discardStore): paho keeps each received
-//     QoS 1 message in its store until its own ack, which never comes; and
-//     a client that lives for one connection has nothing to resume.
-//   - SetOrderMatters(true): messages reach Source.deliver one at a time,
-//     in arrival order, from paho's routing goroutine.
+//   - The source's reader (wire.go) takes every received PUBLISH and
+//     PUBREL before paho could see it, and the acker writes the PUBACKs
+//     and PUBRECs, exactly as with v5. Automatic acknowledgement is off
+//     all the same.
+//   - A store that keeps nothing (discardStore): a client that lives for
+//     one connection has nothing to resume.
 type link311 struct {
 	s   *Source
 	cli mqtt3.Client
@@ -67,10 +63,6 @@ func (s *Source) connect311(ctx context.Context, u *url.URL, first bool) (link, 
 	opts := mqtt3.NewClientOptions().
 		AddBroker(broker.String()).
 		SetCustomOpenConnectionFn(func(*url.URL, mqtt3.ClientOptions) (net.Conn, error) {
-			// A new generation starts with the connection, before any
-			// message of it can arrive: acks of earlier connections are
-			// dropped from here on.
-			s.acks.connected(nc, bc)
 			return nc, nil
 		}).
 		SetProtocolVersion(4).
@@ -87,19 +79,8 @@ func (s *Source) connect311(ctx context.Context, u *url.URL, first bool) (link, 
 		SetOrderMatters(true).
 		SetAutoAckDisabled(true).
 		SetStore(discardStore{}).
-		SetDefaultPublishHandler(func(_ mqtt3.Client, m mqtt3.Message) {
-			s.deliver(Message{
-				Topic:     m.Topic(),
-				Payload:   m.Payload(),
-				QoS:       m.Qos(),
-				Retain:    m.Retained(),
-				Duplicate: m.Duplicate(),
-				PacketID:  m.MessageID(),
-			})
-		}).
 		SetConnectionLostHandler(func(_ mqtt3.Client, err error) {
 			s.log.Debug("mqtt: connection error", "broker", u.Redacted(), "error", err)
-			s.acks.lost()
 			close(l.lost)
 		})
 	l.cli = mqtt3.NewClient(opts)
@@ -107,7 +88,6 @@ func (s *Source) connect311(ctx context.Context, u *url.URL, first bool) (link, 
 	<-t.Done() // bounded by ConnectTimeout, and by ctx through stop
 	if err := t.Error(); err != nil {
 		// paho closed the connection; nothing of it was delivered.
-		s.acks.lost()
 		ct, _ := t.(*mqtt3.ConnectToken)
 		if rc := ct.ReturnCode(); rc != packets3.Accepted && rc != packets3.ErrNetworkError {
 			return nil, false, fmt.Errorf("refused: return code %d (%s): %w", rc, packets3.ConnackReturnCodes[rc], err)
@@ -284,18 +264,6 @@ func (c conn311) Write(p []byte) (int, error) {
 	c.Lock()
 	defer c.Unlock() // flushes, unless corked
 	return c.bufConn.Write(p)
-}
-
-// writeAck writes a PUBACK (QoS 1) or PUBREC (QoS 2): fixed header,
-// remaining length 2, packet ID.
-func (c conn311) writeAck(id uint16, qos byte) error {
-	typ := byte(packets3.Puback << 4)
-	if qos == 2 {
-		typ = packets3.Pubrec << 4
-	}
-	b := [4]byte{typ, 2, byte(id >> 8), byte(id)}
-	_, err := c.Write(b[:])
-	return err
 }
 
 // discardStore is a paho.mqtt.golang Store that keeps nothing; see

@@ -12,7 +12,9 @@ import (
 )
 
 // link5 is one MQTT v5 connection: a paho.golang client on a bufConn,
-// with the source's acker as its session (session.go).
+// with the source's acker as its session (session.go). paho does the
+// handshake, keep-alive, SUBSCRIBE and our own publishes; the source's
+// reader takes the received messages (wire.go).
 type link5 struct {
 	s   *Source
 	cli *paho.Client
@@ -29,11 +31,10 @@ func (s *Source) connect5(ctx context.Context, u *url.URL, clean bool) (link, bo
 		return nil, false, err
 	}
 	cli := paho.NewClient(paho.ClientConfig{
-		ClientID:          s.currentClientID(),
-		Conn:              nc,
-		Session:           s.acks,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){s.onPublish5},
-		PacketTimeout:     s.cfg.ConnectTimeout,
+		ClientID:      s.currentClientID(),
+		Conn:          nc,
+		Session:       s.acks,
+		PacketTimeout: s.cfg.ConnectTimeout,
 		OnClientError: func(err error) {
 			s.log.Debug("mqtt: connection error", "broker", u.Redacted(), "error", err)
 		},
@@ -73,20 +74,6 @@ func (s *Source) connect5(ctx context.Context, u *url.URL, clean bool) (link, bo
 		s.mu.Unlock()
 	}
 	return &link5{s: s, cli: cli, net: nc}, ca.SessionPresent, nil
-}
-
-// onPublish5 is paho's message callback, on paho's routing goroutine.
-func (s *Source) onPublish5(pr paho.PublishReceived) (bool, error) {
-	p := pr.Packet
-	s.deliver(Message{
-		Topic:     p.Topic,
-		Payload:   p.Payload,
-		QoS:       p.QoS,
-		Retain:    p.Retain,
-		Duplicate: p.Duplicate(),
-		PacketID:  p.PacketID,
-	})
-	return true, nil
 }
 
 func (l *link5) done() <-chan struct{} { return l.cli.Done() }

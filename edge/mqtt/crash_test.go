@@ -36,13 +36,13 @@ func crashChild() bool {
 	src, err := Start(context.Background(), Config{
 		Brokers: []string{broker}, ClientID: "crash",
 		Topics: []Subscription{{Filter: "sensors/#", QoS: 1}}, Logger: quietLogger(),
-	}, func(m Message, ack func()) {
+	}, Each(func(m Message, ack func()) {
 		seq, _ := strconv.Atoi(string(m.Payload))
 		if seq < ackBelow {
 			ack()
 		}
 		lines <- fmt.Sprintf("got %d", seq)
-	})
+	}))
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)

@@ -13,25 +13,29 @@ import (
 // redelivers) everything the edge has not made durable.
 func ExampleStart() {
 	ctx := context.Background()
-	type appended struct{ ack func() }
-	synced := make(chan appended, 64) // stands in for the ingest log's group commit
+	synced := make(chan mqtt.Acks, 64) // stands in for the ingest log's group commit
 
 	src, err := mqtt.Start(ctx, mqtt.Config{
 		Brokers:  []string{"mqtt://127.0.0.1:1883"},
 		ClientID: "edge-gw-17",
 		Topics:   []mqtt.Subscription{{Filter: "plant/+/sensors/#", QoS: 1}},
-	}, func(m mqtt.Message, ack func()) {
-		// Append m.Topic and m.Payload to the ingest log here, then hand
-		// the ack to whatever runs after the fsync. Blocking here when the
-		// log falls behind is the back-pressure path.
-		synced <- appended{ack}
+	}, func(b *mqtt.Batch) {
+		for _, m := range b.Messages {
+			// Append m.Topic and m.Payload to the ingest log here (they
+			// are valid until this call returns).
+			_ = m
+		}
+		// Then hand the batch's acks to whatever runs after the fsync.
+		// Blocking here when the log falls behind is the back-pressure
+		// path.
+		synced <- b.Acks
 	})
 	if err != nil {
 		log.Fatal(err) // Validate lists every problem with the config
 	}
 	go func() {
-		for a := range synced {
-			a.ack() // after the group commit, in arrival order
+		for acks := range synced {
+			acks.Ack() // after the group commit, in arrival order
 		}
 	}()
 

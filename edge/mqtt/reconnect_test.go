@@ -150,7 +150,7 @@ func TestReconnect(t *testing.T) {
 			Topics:     []Subscription{{Filter: "s/#", QoS: 1}, {Filter: "t", QoS: 0}},
 			Logger:     quietLogger(),
 		}
-		src, err := start(t.Context(), cfg, func(m Message, ack func()) { got <- delivered{m, ack} },
+		src, err := start(t.Context(), cfg, Each(func(m Message, ack func()) { got <- delivered{m, ack} }),
 			testHooks{dial: b.dial, rand: func() float64 { return 0 }})
 		if err != nil {
 			t.Fatal(err)
@@ -242,7 +242,7 @@ func TestFlappingConnectionBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &scriptedBroker{t: t}
 		cfg := Config{Brokers: []string{"mqtt://x"}, ClientID: "c", Topics: []Subscription{{Filter: "#", QoS: 1}}, Logger: quietLogger()}
-		src, err := start(t.Context(), cfg, func(Message, func()) {}, testHooks{dial: b.dial, rand: func() float64 { return 0 }})
+		src, err := start(t.Context(), cfg, func(*Batch) {}, testHooks{dial: b.dial, rand: func() float64 { return 0 }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +277,7 @@ func TestCloseWhileRetrying(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &scriptedBroker{t: t, failFirst: 1 << 30}
 		cfg := Config{Brokers: []string{"mqtt://x"}, ClientID: "c", Topics: []Subscription{{Filter: "#"}}, Logger: quietLogger()}
-		src, err := start(t.Context(), cfg, func(Message, func()) {}, testHooks{dial: b.dial})
+		src, err := start(t.Context(), cfg, func(*Batch) {}, testHooks{dial: b.dial})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestAssignedClientIDAndRefusedFilter(t *testing.T) {
 		b := &scriptedBroker{t: t, refuse: "secret/#"}
 		cfg := Config{Brokers: []string{"mqtt://x"}, CleanStart: true, Logger: quietLogger(),
 			Topics: []Subscription{{Filter: "s/#", QoS: 1}, {Filter: "secret/#", QoS: 1}}}
-		src, err := start(t.Context(), cfg, func(Message, func()) {}, testHooks{dial: b.dial})
+		src, err := start(t.Context(), cfg, func(*Batch) {}, testHooks{dial: b.dial})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,39 +12,101 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Message is one PUBLISH received from the broker. The source does not
-// reuse Payload: the handler may keep it.
+// Message is one PUBLISH received from the broker. In a Batch, Topic and
+// Payload alias the source's read buffer: they are valid until the
+// handler returns, and a handler that keeps them copies them
+// (strings.Clone, bytes.Clone; Each does).
 type Message struct {
-	Topic     string
-	Payload   []byte
+	Topic   string
+	Payload []byte
+	// Size is the payload's length on the wire. It is more than
+	// len(Payload) for a message longer than Config.MaxMessage: the source
+	// keeps only the start of such a payload (as much as its buffer holds)
+	// and skips the rest, so a huge message costs no memory and still
+	// gets acknowledged in its turn.
+	Size      int
 	QoS       byte
 	Retain    bool
 	Duplicate bool   // the broker says it may have sent this message before
 	PacketID  uint16 // the broker's packet ID, for logs (0 for QoS 0)
 }
 
-// Handler is called for each message, in arrival order, from one
-// goroutine. The source acknowledges the message (PUBACK for QoS 1) only
-// when ack is called, and ack may be called from any goroutine, after the
-// handler has returned. Acknowledgements reach the broker in arrival
-// order, as MQTT requires: an ack called early is held until every
-// earlier message is acknowledged, so ack in arrival order to avoid the
-// wait. An ack after the connection the message came on has dropped is a
-// no-op (the broker redelivers the message); so is a second ack, and any
-// ack of a QoS 0 message. Every QoS 1/2 message must be acked in the end,
-// including one the pipeline rejects (a dead letter): an unacked message
-// holds back the acks of all later ones, and with them the broker.
+// Batch is the messages of one read from the connection, in arrival order.
+// The handler must not keep the Batch or its Messages slice after it
+// returns (see Message for their contents); it keeps Acks to acknowledge
+// them later.
+type Batch struct {
+	Messages []Message
+	// Acks acknowledges every message of the batch at once.
+	Acks Acks
+}
+
+// BatchHandler is called with each batch of messages, in arrival order,
+// one call at a time. The source acknowledges the batch's QoS 1/2
+// messages (PUBACK for QoS 1, PUBREC for QoS 2) only when its Acks.Ack is
+// called, which may be from any goroutine, after the handler has returned.
+// Acknowledgements reach the broker in arrival order, as MQTT requires: an
+// ack called early is held until every earlier message is acknowledged,
+// so ack in arrival order to avoid the wait. An ack after the connection
+// the batch came on has dropped is a no-op (the broker redelivers its
+// messages); so is a second ack. Every batch must be acked in the end,
+// including one whose messages the pipeline rejects (dead letters): an
+// unacked message holds back the acks of all later ones, and with them the
+// broker.
 //
 // The handler may block, which is how back-pressure reaches the broker:
 // once ReceiveMaximum messages are unacknowledged the broker stops
-// sending (with v3.1.1, once the broker's own in-flight limit is reached). A handler that blocks must also return when its owner stops
-// it; Close waits for it.
-type Handler func(m Message, ack func())
+// sending (with v3.1.1, once the broker's own in-flight limit is reached).
+// While it blocks the connection is not read, so keep-alive pings go
+// unanswered after KeepAlive. A handler that blocks must also return when
+// its owner stops it; Close waits for it.
+type BatchHandler func(b *Batch)
+
+// Each adapts a handler of one message at a time: h is called for each
+// message of a batch, with its own copies of the topic and payload, and
+// an ack func of its own (a no-op for QoS 0), under the rules of
+// BatchHandler.
+func Each(h func(m Message, ack func())) BatchHandler {
+	return func(b *Batch) {
+		k := b.Acks
+		for _, m := range b.Messages {
+			m.Topic = strings.Clone(m.Topic)
+			m.Payload = bytes.Clone(m.Payload)
+			ack := noAck
+			if m.QoS > 0 {
+				one := Acks{a: k.a, gen: k.gen, first: k.first, end: k.first + 1}
+				k.first++
+				ack = func() { one.Ack() }
+			}
+			h(m, ack)
+		}
+	}
+}
+
+func noAck() {}
+
+// Acks are the acknowledgements of a run of QoS 1/2 messages of one
+// connection.
+type Acks struct {
+	a               *acker
+	gen, first, end uint64
+}
+
+// Ack acknowledges the messages (see BatchHandler). It reports whether
+// they were acknowledged now: false for a second call and when their
+// connection has dropped.
+func (k Acks) Ack() bool {
+	if k.a == nil || k.first == k.end {
+		return false
+	}
+	return k.a.ack(k.gen, k.first, k.end)
+}
 
 // Stats are the source's counters since Start.
 type Stats struct {
@@ -66,27 +129,26 @@ type Stats struct {
 type Source struct {
 	cfg     Config
 	log     *slog.Logger
-	h       Handler
+	h       BatchHandler
 	brokers []*url.URL
 	tls     *tls.Config
 	back    backoff
 	dial    func(ctx context.Context, u *url.URL) (net.Conn, error)
 	acks    *acker
 
-	// inbox carries messages from paho's callback to the delivery
-	// goroutine, so that paho never runs user code and Close can always
-	// unblock it. With v5 its capacity is ReceiveMaximum up to maxInbox;
-	// beyond that, paho's own buffer (ReceiveMaximum deep) takes the rest,
-	// so the connection's reader still never blocks on a broker that keeps
-	// to Receive Maximum. With v3.1.1 the broker's bound is not known to
-	// us, and the capacity is maxInbox.
-	inbox chan delivery
+	// handling is held (a token in it) by the reader calling the handler:
+	// one call at a time, also while an old connection's reader still
+	// finishes a call as the next connection comes up. Close takes it
+	// for good. batch is the handler's argument, reused.
+	handling chan struct{}
+	batch    Batch
 	// stop is closed by Close: no more deliveries.
-	stop   chan struct{}
-	cancel context.CancelFunc // stops the connection loop
-	ran    chan struct{}      // closed when the connection loop has returned
-	served chan struct{}      // closed when the delivery goroutine has returned
-	closed atomic.Bool
+	stop    chan struct{}
+	cancel  context.CancelFunc // stops the connection loop
+	ran     chan struct{}      // closed when the connection loop has returned
+	readers sync.WaitGroup     // the connections' readers (wire.go)
+	gens    atomic.Uint64      // connection generations handed out
+	closed  atomic.Bool
 
 	mu        sync.Mutex
 	connected bool
@@ -99,17 +161,8 @@ type Source struct {
 	// subscribes to all of them, even one that resumed its session.
 	topicsChanged atomic.Bool
 
-	received, redelivered, acked                 atomic.Uint64
+	received, redelivered                        atomic.Uint64
 	connects, reconnects, connectFails, subFails atomic.Uint64
-}
-
-// maxInbox caps the inbox so that a large ReceiveMaximum (the embedded
-// broker wants 65535) does not allocate megabytes up front.
-const maxInbox = 1024
-
-type delivery struct {
-	msg      Message
-	gen, seq uint64
 }
 
 // testHooks replace the network and randomness in tests.
@@ -121,11 +174,11 @@ type testHooks struct {
 // Start validates cfg and starts the source: it connects in the
 // background, retrying with back-off, so Start succeeds while the broker
 // is down. ctx bounds Start only; the source runs until Close.
-func Start(ctx context.Context, cfg Config, h Handler) (*Source, error) {
+func Start(ctx context.Context, cfg Config, h BatchHandler) (*Source, error) {
 	return start(ctx, cfg, h, testHooks{})
 }
 
-func start(ctx context.Context, cfg Config, h Handler, hooks testHooks) (*Source, error) {
+func start(ctx context.Context, cfg Config, h BatchHandler, hooks testHooks) (*Source, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mqtt: start: %w", err)
 	}
@@ -136,11 +189,10 @@ func start(ctx context.Context, cfg Config, h Handler, hooks testHooks) (*Source
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	inbox := min(int(cfg.ReceiveMaximum), maxInbox)
 	acks := newAcker(cfg.ReceiveMaximum)
 	if cfg.Protocol == ProtocolV311 {
 		// No Receive Maximum: nothing the broker sends is "over" it.
-		inbox, acks.limit = maxInbox, math.MaxInt
+		acks.limit = math.MaxInt
 	}
 	s := &Source{
 		cfg:      cfg,
@@ -148,10 +200,9 @@ func start(ctx context.Context, cfg Config, h Handler, hooks testHooks) (*Source
 		h:        h,
 		back:     backoff{min: cfg.ConnectRetryMin, max: cfg.ConnectRetryMax, rand: rand.Float64},
 		acks:     acks,
-		inbox:    make(chan delivery, inbox),
+		handling: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		ran:      make(chan struct{}),
-		served:   make(chan struct{}),
 		changed:  make(chan struct{}),
 		clientID: cfg.ClientID,
 	}
@@ -176,7 +227,6 @@ func start(ctx context.Context, cfg Config, h Handler, hooks testHooks) (*Source
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go s.run(runCtx)
-	go s.serve()
 	return s, nil
 }
 
@@ -212,7 +262,7 @@ func (s *Source) Stats() Stats {
 	return Stats{
 		Received:        s.received.Load(),
 		Redelivered:     s.redelivered.Load(),
-		Acked:           s.acked.Load(),
+		Acked:           s.acks.acked.Load(),
 		AcksSent:        s.acks.sent.Load(),
 		StaleAcks:       s.acks.stale.Load(),
 		Connects:        s.connects.Load(),
@@ -261,9 +311,9 @@ func (s *Source) Close(ctx context.Context) error {
 	close(s.stop)
 	var errs []error
 	// Let the handler finish first, so the acks it sends on its way out
-	// still find the connection up.
+	// still find the connection up; the token is never given back.
 	select {
-	case <-s.served:
+	case s.handling <- struct{}{}:
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("mqtt: close: handler still running: %w", ctx.Err()))
 	}
@@ -274,62 +324,45 @@ func (s *Source) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("mqtt: close: connection still closing: %w", ctx.Err()))
 	}
+	read := make(chan struct{})
+	go func() { s.readers.Wait(); close(read) }()
+	select {
+	case <-read:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("mqtt: close: connection reader still running: %w", ctx.Err()))
+	}
 	return errors.Join(errs...)
 }
 
-// serve is the delivery goroutine: it calls the handler for each message.
-func (s *Source) serve() {
-	defer close(s.served)
-	for {
-		select {
-		case <-s.stop:
-			return
-		default:
-		}
-		select {
-		case d := <-s.inbox:
-			s.received.Add(1)
-			if d.msg.Duplicate {
-				s.redelivered.Add(1)
-			}
-			s.h(d.msg, s.ackFunc(d))
-		case <-s.stop:
-			return
-		}
-	}
-}
-
-func noAck() {}
-
-func (s *Source) ackFunc(d delivery) func() {
-	if d.msg.QoS == 0 {
-		return noAck
-	}
-	return func() {
-		if s.acks.ack(d.gen, d.seq) {
-			s.acked.Add(1)
-		}
-	}
-}
-
-// deliver passes one received message to the delivery goroutine. It is
-// called by the connection's reader (paho's callback), in arrival order.
-func (s *Source) deliver(m Message) {
-	d := delivery{msg: m}
-	if m.QoS > 0 {
-		var over bool
-		d.gen, d.seq, over = s.acks.track(m.PacketID, m.QoS)
-		if over && s.warnedOverflow.Swap(d.gen) != d.gen {
-			s.log.Warn("mqtt: broker exceeds our Receive Maximum; back-pressure is not bounded by this broker (Mosquitto before 2.0.13 does this)",
-				"receive_maximum", s.cfg.ReceiveMaximum)
-		}
-	}
+// handle passes the messages of one read of connection gen to the
+// handler, unless the source is closing: then they are not acknowledged,
+// and the broker keeps them for the next connection of this session.
+func (s *Source) handle(gen uint64, msgs []Message) {
 	select {
-	case s.inbox <- d:
+	case s.handling <- struct{}{}:
 	case <-s.stop:
-		// Closing: the message is not acknowledged, so the broker keeps
-		// it for the next connection of this session.
+		return
 	}
+	defer func() { <-s.handling }()
+	select {
+	case <-s.stop:
+		return
+	default:
+	}
+	first, end, over := s.acks.track(gen, msgs)
+	if over && s.warnedOverflow.Swap(gen) != gen {
+		s.log.Warn("mqtt: broker exceeds our Receive Maximum; back-pressure is not bounded by this broker (Mosquitto before 2.0.13 does this)",
+			"receive_maximum", s.cfg.ReceiveMaximum)
+	}
+	s.received.Add(uint64(len(msgs)))
+	for i := range msgs {
+		if msgs[i].Duplicate {
+			s.redelivered.Add(1)
+		}
+	}
+	s.batch = Batch{Messages: msgs, Acks: Acks{a: s.acks, gen: gen, first: first, end: end}}
+	s.h(&s.batch)
+	s.batch = Batch{}
 }
 
 // topicList returns the topics to subscribe to now.
@@ -397,9 +430,8 @@ func (s *Source) setConnected(up bool, l link) {
 // link is one live connection to a broker, in one protocol version:
 // conn5.go (paho.golang) and conn311.go (paho.mqtt.golang). The
 // connection loop (run) opens it, owns it and ends it; Publish borrows it.
-// Every link hands received messages to Source.deliver from one goroutine,
-// in arrival order, and registers its generation with the acker when it
-// comes up.
+// Every link's connection is a bufConn read by the source's reader
+// (wire.go), which hands the received messages to the handler.
 type link interface {
 	// subscribe subscribes to every configured topic and waits for the
 	// broker's answer. Filters the broker refuses are logged and counted
@@ -540,14 +572,18 @@ func (s *Source) connectTo(ctx context.Context, u *url.URL, first bool) (conn, e
 	return conn{link: l, since: time.Now()}, nil
 }
 
-// dialBuffered dials u and wraps the connection for buffered reads and
-// corked writes (bufConn).
+// dialBuffered dials u, wraps the connection for the source's reader and
+// corked writes (bufConn), and starts the reader, as connection
+// generation gen (the acker's, from the CONNACK on).
 func (s *Source) dialBuffered(ctx context.Context, u *url.URL) (*bufConn, error) {
 	nc, err := s.dial(ctx, u)
 	if err != nil {
 		return nil, err
 	}
-	return newBufConn(nc), nil
+	c := newBufConn(nc)
+	s.readers.Add(1)
+	go s.readLoop(c, s.gens.Add(1))
+	return c, nil
 }
 
 func (s *Source) currentClientID() string {

@@ -76,7 +76,7 @@ func startSource(t *testing.T, cfg Config, buffer int) (*Source, <-chan got) {
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
-	src, err := Start(t.Context(), cfg, func(m Message, ack func()) { ch <- got{m, ack} })
+	src, err := Start(t.Context(), cfg, Each(func(m Message, ack func()) { ch <- got{m, ack} }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestAckAfterConnectionLossIsNoop(t *testing.T) {
 		id := "killed-" + string(proto)
 		cfg := cfgFor(b, proto, id)
 		cfg.Logger, cfg.ConnectRetryMin, cfg.ConnectRetryMax = quietLogger(), 50*time.Millisecond, time.Second
-		src, err := start(t.Context(), cfg, func(m Message, ack func()) { ch <- got{m, ack} }, testHooks{dial: k.dial})
+		src, err := start(t.Context(), cfg, Each(func(m Message, ack func()) { ch <- got{m, ack} }), testHooks{dial: k.dial})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -608,7 +608,7 @@ func TestConnectRefused(t *testing.T) {
 		b := mosquittoUnderTest(m)
 		cfg := cfgFor(b, proto, "not-allowed-"+string(proto))
 		cfg.Logger, cfg.ConnectRetryMin, cfg.ConnectRetryMax = quietLogger(), 10*time.Millisecond, 20*time.Millisecond
-		src, err := Start(t.Context(), cfg, func(Message, func()) {})
+		src, err := Start(t.Context(), cfg, func(*Batch) {})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,7 +625,7 @@ func TestConnectRefused(t *testing.T) {
 
 func TestStartRejectsBadInput(t *testing.T) {
 	ctx := context.Background()
-	if _, err := Start(ctx, Config{}, func(Message, func()) {}); !errors.Is(err, ErrInvalidConfig) ||
+	if _, err := Start(ctx, Config{}, func(*Batch) {}); !errors.Is(err, ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "brokers") {
 		t.Errorf("empty config: %v", err)
 	}
@@ -634,13 +634,13 @@ func TestStartRejectsBadInput(t *testing.T) {
 	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := Start(canceled, validConfig(), func(Message, func()) {}); !errors.Is(err, context.Canceled) {
+	if _, err := Start(canceled, validConfig(), func(*Batch) {}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled ctx: %v", err)
 	}
 	cfg := validConfig()
 	cfg.Brokers = []string{"mqtts://127.0.0.1:8883"}
 	cfg.TLS = &TLSConfig{CAFile: "/nonexistent/ca.pem"}
-	if _, err := Start(ctx, cfg, func(Message, func()) {}); err == nil || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
+	if _, err := Start(ctx, cfg, func(*Batch) {}); err == nil || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
 		t.Errorf("missing CA file: %v", err)
 	}
 }
@@ -671,7 +671,7 @@ func TestTLS(t *testing.T) {
 		bad := config("bad")
 		bad.TLS.ServerName = "not-the-broker"
 		bad.Logger, bad.ConnectRetryMin, bad.ConnectRetryMax = quietLogger(), 10*time.Millisecond, 20*time.Millisecond
-		src, err := Start(t.Context(), bad, func(Message, func()) {})
+		src, err := Start(t.Context(), bad, func(*Batch) {})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -694,10 +694,10 @@ func TestCloseWaitsForHandler(t *testing.T) {
 	entered, release := make(chan func()), make(chan struct{})
 	cfg := cfgFor(b, ProtocolV5, "close")
 	cfg.Logger = quietLogger()
-	src, err := Start(t.Context(), cfg, func(_ Message, ack func()) {
+	src, err := Start(t.Context(), cfg, Each(func(_ Message, ack func()) {
 		entered <- ack
 		<-release
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -711,9 +711,9 @@ func TestCloseWaitsForHandler(t *testing.T) {
 		t.Fatalf("Close with a blocked handler = %v", err)
 	}
 	close(release)
-	<-src.served // the handler returned; the delivery goroutine ends
-	<-src.ran    // the connection loop disconnected (Close gave up waiting for it)
-	ack()        // after Close: no-op, no panic
+	<-src.ran          // the connection loop disconnected (Close gave up waiting for it)
+	src.readers.Wait() // the handler returned; the connection's reader ends
+	ack()              // after Close: no-op, no panic
 	if st := src.Stats(); st.Acked != 0 || st.StaleAcks != 1 {
 		t.Fatalf("Stats() = %+v", st)
 	}
