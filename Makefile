@@ -19,14 +19,14 @@ demo:
 replay:
 	$(GO) run ./cmd/runnel-edge replay --pipeline examples/line-temps.yaml --input examples/line-temps.jsonl
 
-# RUNNEL_REQUIRE_SERVERS: a test whose real server (versitygw) or reader
-# (DuckDB) is missing fails instead of skipping, so CI cannot go green by
+# RUNNEL_REQUIRE_SERVERS: a test whose real server (versitygw), reader
+# (DuckDB) or emulator (qemu-user-static) is missing fails instead of skipping, so CI cannot go green by
 # testing nothing.
 test: deps check
 	RUNNEL_REQUIRE_SERVERS=1 $(GO) test -race -shuffle=on -timeout 15m $(PKGS)
 
 # Servers and readers the tests run against for real (Mosquitto, versitygw,
-# DuckDB for Node); a no-op when present.
+# DuckDB for Node, qemu-user-static for the ARM binaries); a no-op when present.
 deps:
 	sh deploy/test/install-deps.sh
 
