@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/runnel-io/runnel/internal/tests3"
 	"github.com/runnel-io/runnel/internal/testproc"
+	"github.com/runnel-io/runnel/internal/tests3"
 )
 
 // Arch is a target runnel ships to.
