@@ -267,7 +267,7 @@ func BenchmarkSnapshotStall(b *testing.B) {
 						break
 					}
 					for want := int(float64(rate) * el.Seconds()); sent < want; sent++ {
-						payload := fmt.Appendf(nil, `{"device":"live-%04d","ts":%d,"temp":20.5,"sent":%d}`, sent%1000, snapBenchBase+1000, time.Now().UnixNano())
+						payload := fmt.Appendf(nil, `{"device":"live-%04d","ts":%d,"temp":20.5,"sent":%d}`, sent%1000, int64(snapBenchBase+1000), time.Now().UnixNano())
 						if err := pub.PublishAsync(ctx, "plant/live/temp", payload, 1); err != nil {
 							b.Fatal(err)
 						}

@@ -70,7 +70,7 @@ func publishN(t *testing.T, pub *testbroker.Publisher, from, to int) {
 // window before it (its own stays open).
 func flush(t *testing.T, pub *testbroker.Publisher) {
 	t.Helper()
-	pub.MustPublish("s/d0", fmt.Appendf(nil, `{"dev":"d0","seq":1000000,"ts":%d}`, 1_700_000_000_000+3_600_000), 1)
+	pub.MustPublish("s/d0", fmt.Appendf(nil, `{"dev":"d0","seq":1000000,"ts":%d}`, int64(1_700_000_000_000+3_600_000)), 1)
 }
 
 // waitIn waits until the pipeline has read want payloads.

@@ -26,6 +26,7 @@ import (
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/examples"
+	"github.com/runnel-io/runnel/internal/buildinfo"
 	"github.com/runnel-io/runnel/internal/edgecert"
 	"github.com/runnel-io/runnel/internal/settings"
 	"github.com/runnel-io/runnel/operators"
@@ -45,6 +46,7 @@ const usage = `usage:
                                               rebuild a data directory from a snapshot (the latest, or the one named)
   runnel-edge snapshots list --from STORE/EDGE-ID
                                               list an edge's snapshots: checkpoint, time, epoch, sizes
+  runnel-edge --version                       print the version, commit, build time, Go version and platform
 `
 
 func main() {
@@ -52,7 +54,10 @@ func main() {
 	defer stop()
 	args := os.Args[1:]
 	cmd := "run"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	switch {
+	case len(args) > 0 && (args[0] == "--version" || args[0] == "-version"):
+		cmd = "version"
+	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]
 	}
 	var err error
@@ -69,6 +74,9 @@ func main() {
 		err = snapshots(ctx, args)
 	case "help":
 		fmt.Print(usage)
+		return
+	case "version":
+		fmt.Print(buildinfo.Get().Text("runnel-edge"))
 		return
 	default:
 		fmt.Fprintf(os.Stderr, "runnel-edge: unknown command %q\n%s", cmd, usage)
@@ -309,7 +317,7 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 		}
 		nc.Uplink = up
 		if c.Fleet.Enabled {
-			nc.Fleet = &edge.FleetConfig{Labels: c.LabelMap(), Version: version(), StatusInterval: c.Fleet.StatusInterval}
+			nc.Fleet = &edge.FleetConfig{Labels: c.LabelMap(), Version: buildinfo.Version(), StatusInterval: c.Fleet.StatusInterval}
 		}
 	}
 	nc.DropAtCap = c.DiskCap.Policy == config.PolicyDropRaw
@@ -319,7 +327,7 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 		if err != nil {
 			return edge.NodeConfig{}, err
 		}
-		nc.Snapshots = &edge.SnapshotConfig{Store: st, Interval: c.Snapshot.Interval, Keep: c.Snapshot.Keep, Version: version()}
+		nc.Snapshots = &edge.SnapshotConfig{Store: st, Interval: c.Snapshot.Interval, Keep: c.Snapshot.Keep, Version: buildinfo.Version()}
 	}
 	if c.RawArchive.Store != "" {
 		st, err := checkpoint.OpenStore(c.RawArchive.Store, schemes)
@@ -407,12 +415,4 @@ func outbox(ctx context.Context, args []string) error {
 		_, err = w.Write(buf)
 		return err
 	})
-}
-
-// version is the binary's module version, reported to the hub.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "devel"
 }

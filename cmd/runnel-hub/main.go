@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/runnel-io/runnel/hub/config"
 	"github.com/runnel-io/runnel/hub/fleet"
 	"github.com/runnel-io/runnel/hub/server"
+	"github.com/runnel-io/runnel/internal/buildinfo"
 	"github.com/runnel-io/runnel/operators"
 	"github.com/runnel-io/runnel/operators/spec"
 	"github.com/runnel-io/runnel/sync/archive"
@@ -30,9 +30,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "archive" {
+	switch {
+	case len(os.Args) > 1 && (os.Args[1] == "--version" || os.Args[1] == "-version" || os.Args[1] == "version"):
+		fmt.Print(buildinfo.Get().Text("runnel-hub"))
+		return
+	case len(os.Args) > 1 && os.Args[1] == "archive":
 		err = runArchive(os.Args[2:], os.Environ(), os.Stdout)
-	} else {
+	default:
 		err = run(ctx, os.Args[1:], os.Environ(), os.Stderr)
 	}
 	switch {
@@ -141,7 +145,7 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 		ClientAuth: server.ClientAuth(c.TLS.ClientAuth), ClientCAFile: c.TLS.ClientCAFile,
 		EdgeTokens: c.Auth.EdgeTokens, APIToken: c.Auth.APIToken,
 		Fleet: fc, FleetEdgeMetrics: server.EdgeMetrics(c.Fleet.EdgeMetrics), Archive: ac,
-		Version: version(), Logger: lg,
+		Version: buildinfo.Version(), Logger: lg,
 	})
 	if err != nil {
 		return errors.Join(err, closeAll())
@@ -150,11 +154,4 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	err = srv.Serve(ctx, c.ShutdownTimeout)
 	lg.Info("runnel-hub: stopping")
 	return errors.Join(err, closeAll())
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "devel"
 }

@@ -8,27 +8,21 @@ import (
 	"context"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/runnel-io/runnel/cmd/runnelctl/internal/cli"
+	"github.com/runnel-io/runnel/internal/buildinfo"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	bi := buildinfo.Get()
 	code := cli.Main(ctx, os.Args[1:], cli.Env{
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		LookupEnv: os.LookupEnv, Now: time.Now, Location: time.Local,
-		Version: version(), ReadFile: cli.ReadFile,
+		Version: bi.Version, VersionText: bi.Text("runnelctl"), ReadFile: cli.ReadFile,
 	})
 	stop()
 	os.Exit(code)
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "devel"
 }

@@ -1,7 +1,9 @@
 #!/bin/sh
 # install-deps.sh installs the servers that runnel's tests run against for
 # real: the Mosquitto broker and its command-line clients (Debian packages,
-# used by internal/testbroker), the S3-compatible server versitygw
+# used by internal/testbroker), qemu-user-static (Debian; internal/qemu runs
+# the arm64 and armv7 runnel-edge under qemu-aarch64-static and
+# qemu-arm-static), the S3-compatible server versitygw
 # (built from the Go module proxy, used by internal/tests3), and DuckDB for
 # Node (install-duckdb.sh: the results archive's independent Parquet
 # reader, used by internal/testduckdb). It is
@@ -24,14 +26,14 @@ set -eu
 VERSITYGW_VERSION=v1.8.0
 
 # package:binary pairs; the binary proves the package is usable.
-NEEDED="mosquitto:mosquitto mosquitto-clients:mosquitto_pub"
+NEEDED="mosquitto:mosquitto mosquitto-clients:mosquitto_pub qemu-user-static:qemu-aarch64-static qemu-user-static:qemu-arm-static"
 
 missing=""
 for pair in $NEEDED; do
 	pkg=${pair%%:*}
 	bin=${pair#*:}
 	if ! command -v "$bin" >/dev/null 2>&1 && ! [ -x "/usr/sbin/$bin" ]; then
-		missing="$missing $pkg"
+		case " $missing " in *" $pkg "*) ;; *) missing="$missing $pkg" ;; esac
 	fi
 done
 
@@ -54,7 +56,7 @@ elif [ -x "$gobin/versitygw" ]; then
 fi
 
 if [ -z "$missing" ] && [ -n "$versitygw" ]; then
-	echo "install-deps: all present (mosquitto, mosquitto-clients, versitygw at $versitygw)"
+	echo "install-deps: all present (mosquitto, mosquitto-clients, qemu-user-static, versitygw at $versitygw)"
 	exit 0
 fi
 

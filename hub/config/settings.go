@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -107,7 +108,7 @@ var table = settings.New(settings.Table[Config]{
 			Value: settings.Int(func(c *Config) *int { return &c.Archive.MaxRowsPerFile }, 1000, 100_000_000)},
 		{Path: "archive.max_pending", Flag: "archive-max-pending", Env: "RUNNEL_HUB_ARCHIVE_MAX_PENDING", Default: "10000000",
 			Doc:   "Most results the hub's archive log holds that are not archived yet (object storage down or slow). At the bound the hub refuses edge batches (Unavailable; counted as runnel_hub_archive_refused_total and logged), so the edges keep their data and resend it later: nothing is dropped. About 100 bytes a result in data_dir.",
-			Value: settings.Int(func(c *Config) *int { return &c.Archive.MaxPending }, 1000, 1<<40)},
+			Value: settings.Int(func(c *Config) *int { return &c.Archive.MaxPending }, 1000, min(1<<40, math.MaxInt))},
 		{Path: "archive.compaction", Flag: "archive-compaction", Env: "RUNNEL_HUB_ARCHIVE_COMPACTION", Default: "true",
 			Doc:   "Compact each closed hour: merge a partition's files into one per schema, sorted by key, window and version, once the hour ended archive.compaction_delay ago (again if late results added files).",
 			Value: settings.Bool(func(c *Config) *bool { return &c.Archive.Compaction })},

@@ -122,7 +122,7 @@ func specProblem(p spec.Problem) *runnelv1.SpecProblem {
 	return &runnelv1.SpecProblem{File: cut(p.File), Line: clampU32(p.Pos.Line), Column: clampU32(p.Pos.Column), Field: cut(p.Field), Message: cut(p.Msg)}
 }
 
-func clampU32(n int) uint32 { return uint32(max(0, min(n, 1<<32-1))) }
+func clampU32(n int) uint32 { return uint32(max(0, min(int64(n), 1<<32-1))) }
 
 // cut bounds a string of a detail to maxReasonBytes.
 func cut(s string) string {

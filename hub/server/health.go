@@ -26,7 +26,8 @@ import (
 //   - epochs: degraded while an edge's epoch was refused within
 //     hub.IncidentWindow.
 //
-// The windows are the core's, on its clock (hub.Status).
+// The windows are the core's, on its clock (hub.Status). Both answers
+// carry the hub's version (Config.Version: the binary's, internal/buildinfo).
 
 // maxListed bounds the edges or pipelines one reason names.
 const maxListed = 5
@@ -40,7 +41,7 @@ func (s *Server) report() health.Report {
 		shutting = true
 	default:
 	}
-	return health.NewReport([]health.Check{
+	r := health.NewReport([]health.Check{
 		commitCheck(st, shutting),
 		incidentCheck("refusals", st.Refusals, func(in hub.Incident) string {
 			if in.Partials > 0 {
@@ -56,6 +57,8 @@ func (s *Server) report() health.Report {
 			return fmt.Sprintf("%d epochs refused", in.Count)
 		}),
 	})
+	r.Version = s.cfg.Version // what Health.Check says too
+	return r
 }
 
 func commitCheck(st hub.Status, shutting bool) health.Check {

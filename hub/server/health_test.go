@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/runnel-io/runnel/hub"
+	"github.com/runnel-io/runnel/hub/server"
+	"github.com/runnel-io/runnel/internal/buildinfo"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
 
@@ -99,6 +101,26 @@ func TestHealthz(t *testing.T) {
 				t.Errorf("Health.Check: %v %v, want a status starting %q", r, err, want)
 			}
 		})
+	}
+}
+
+// TestHealthVersion: /healthz, /v1/health and Health.Check name the
+// hub's version: Config.Version, or the binary's (internal/buildinfo)
+// when it is not set.
+func TestHealthVersion(t *testing.T) {
+	p := testPipeline(t)
+	for _, tc := range []struct{ set, want string }{{"v1.2.3-4-gabcdef0", "v1.2.3-4-gabcdef0"}, {"", buildinfo.Version()}} {
+		e := start(t, newFakeCore(p), func(c *server.Config) { c.Version = tc.set })
+		var hz, v1 struct{ Status, Version string }
+		e.getJSON(t, "/healthz", "", 200, &hz)
+		e.getJSON(t, "/v1/health", "", 200, &v1)
+		r, err := runnelv1.NewHealthClient(e.conn).Check(testCtx(t), &runnelv1.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hz.Version != tc.want || v1.Version != tc.want || r.GetVersion() != tc.want || tc.want == "" {
+			t.Errorf("Config.Version %q: /healthz %+v, /v1/health %+v, Health.Check %q; want version %q", tc.set, hz, v1, r.GetVersion(), tc.want)
+		}
 	}
 }
 

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runnel-io/runnel/internal/buildinfo"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/archive"
 	_ "github.com/runnel-io/runnel/sync/grpczstd" // edges may compress batches with zstd
@@ -93,7 +95,7 @@ type Config struct {
 	Archive ArchiveCore
 
 	Heartbeat time.Duration // SSE comment interval; default DefaultHeartbeat
-	Version   string        // reported by Health.Check
+	Version   string        // reported by Health.Check (/v1/health) and /healthz; default buildinfo.Version()
 	Logger    *slog.Logger  // default slog.Default()
 }
 
@@ -159,6 +161,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	cfg.GRPCAddr = cmp.Or(cfg.GRPCAddr, DefaultGRPCAddr)
 	cfg.HTTPAddr = cmp.Or(cfg.HTTPAddr, DefaultHTTPAddr)
 	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, DefaultHeartbeat)
+	cfg.Version = cmp.Or(cfg.Version, buildinfo.Version())
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

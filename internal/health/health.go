@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runnel-io/runnel/internal/buildinfo"
 )
 
 // Status is a check's state, ordered from best to worst.
@@ -36,15 +38,20 @@ type Check struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Report is a node's health: its checks and the worst of their states.
+// Report is a node's health: its checks and the worst of their states,
+// and the version of the binary that runs it (internal/buildinfo).
 type Report struct {
-	Status Status  `json:"status"`
-	Checks []Check `json:"checks"`
+	Status  Status  `json:"status"`
+	Version string  `json:"version"`
+	Commit  string  `json:"commit,omitempty"`
+	Checks  []Check `json:"checks"`
 }
 
-// NewReport returns the report of checks, in their order.
+// NewReport returns the report of checks, in their order, with the
+// running binary's version and commit.
 func NewReport(checks []Check) Report {
-	r := Report{Checks: checks}
+	bi := buildinfo.Get()
+	r := Report{Checks: checks, Version: bi.Version, Commit: bi.Commit}
 	for _, c := range checks {
 		r.Status = max(r.Status, c.Status)
 	}

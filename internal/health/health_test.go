@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/runnel-io/runnel/internal/buildinfo"
 )
 
 func TestReportIsTheWorstCheck(t *testing.T) {
@@ -30,13 +32,13 @@ func TestReportIsTheWorstCheck(t *testing.T) {
 			t.Errorf("%v: HTTP %d, want %d", tc.checks, rec.Code, tc.code)
 		}
 		var got struct {
-			Status string
-			Checks []struct{ Name, Status, Reason string }
+			Status, Version string
+			Checks          []struct{ Name, Status, Reason string }
 		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 			t.Fatal(err)
 		}
-		if got.Status != tc.want.String() || len(got.Checks) != len(tc.checks) {
+		if got.Status != tc.want.String() || len(got.Checks) != len(tc.checks) || got.Version == "" || got.Version != buildinfo.Version() {
 			t.Errorf("body %s", rec.Body)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -521,5 +520,3 @@ func name(n uint64) string {
 	s := strconv.FormatUint(n, 10)
 	return strings.Repeat("0", 20-len(s)) + s
 }
-
-var _ = math.MaxInt64

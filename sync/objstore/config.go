@@ -15,15 +15,15 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultEndpoint    = "s3.amazonaws.com"
-	DefaultPartSize    = 16 << 20
-	MinPartSize        = 5 << 20 // S3's minimum for every part but the last
-	MaxPartSize        = 5 << 30 // S3's maximum part size
-	DefaultAttempts    = 6
-	DefaultBackoffMin  = 200 * time.Millisecond
-	DefaultBackoffMax  = 15 * time.Second
-	DefaultIdleTimeout = 30 * time.Second
-	DefaultConcurrency = 2
+	DefaultEndpoint          = "s3.amazonaws.com"
+	DefaultPartSize          = 16 << 20
+	MinPartSize              = 5 << 20 // S3's minimum for every part but the last
+	MaxPartSize        int64 = 5 << 30 // S3's maximum part size (typed: it overflows a 32-bit int)
+	DefaultAttempts          = 6
+	DefaultBackoffMin        = 200 * time.Millisecond
+	DefaultBackoffMax        = 15 * time.Second
+	DefaultIdleTimeout       = 30 * time.Second
+	DefaultConcurrency       = 2
 
 	maxParts  = 10000 // S3's limit on parts per upload
 	maxKeyLen = 1024  // S3's limit on a key's UTF-8 length

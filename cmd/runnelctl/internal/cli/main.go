@@ -63,6 +63,9 @@ type Env struct {
 	Location *time.Location
 	// Version is runnelctl's own version.
 	Version string
+	// VersionText is what --version prints (buildinfo.Info.Text); when
+	// empty, "runnelctl VERSION".
+	VersionText string
 	// ReadFile reads the config file, token files and manifests.
 	ReadFile func(string) ([]byte, error)
 }
@@ -188,6 +191,16 @@ is spoken to in plaintext unless ca_file is set. The token is never printed.
 			a.started = true
 			return nil
 		},
+	}
+	root.Version = a.env.Version
+	if root.Version == "" {
+		root.Version = "devel"
+	}
+	if a.env.VersionText != "" {
+		// cobra renders it as a template: braces in it are text.
+		root.SetVersionTemplate(strings.ReplaceAll(a.env.VersionText, "{{", "{{`{{`}}"))
+	} else {
+		root.SetVersionTemplate("runnelctl {{.Version}}\n")
 	}
 	a.flags.register(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
