@@ -331,6 +331,10 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		if err != nil {
 			return err
 		}
+		// All three are keyed in the order entries are added.
+		outbox.FillSequential()
+		late.FillSequential()
+		dead.FillSequential()
 		for _, p := range parts {
 			if p.isPos {
 				c.LogPos, fed, fc = uint64(p.pos), p.fed, p.fleet
