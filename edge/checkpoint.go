@@ -309,7 +309,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	var fed uint64
 	var sideN uint32
 	var side sideDelta
-	var changeBytes, outboxBytes, freed int64
+	var changeBytes, baseBytes, outboxBytes, sideBytes, freed int64
 	var fc *fleetCommit
 	// Only the writer touches the store, so nothing of a later checkpoint
 	// can slip in. The pipelines' statistics change with the transaction:
@@ -331,15 +331,21 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		if err != nil {
 			return err
 		}
+		// All three are keyed in the order entries are added.
+		outbox.FillSequential()
+		late.FillSequential()
+		dead.FillSequential()
 		for _, p := range parts {
 			if p.isPos {
 				c.LogPos, fed, fc = uint64(p.pos), p.fed, p.fleet
 				continue
 			}
 			ps := n.pipe(p.pipe)
-			if _, err := ps.state.write(tx, p.ops, id); err != nil {
+			_, rebased, err := ps.state.write(tx, p.ops, id)
+			if err != nil {
 				return fmt.Errorf("pipeline %s state: %w", p.pipe, err)
 			}
+			baseBytes += rebased
 			changeBytes += p.ops.bytes
 			out := p.out
 			if p.hasWM {
@@ -359,11 +365,13 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				if err := side.put(late, sideIndex(sideLate), sideKey(began, id, &sideN), e); err != nil {
 					return err
 				}
+				sideBytes += int64(len(e))
 			}
 			for _, e := range p.dead {
 				if err := side.put(dead, sideIndex(sideDead), sideKey(began, id, &sideN), e); err != nil {
 					return err
 				}
+				sideBytes += int64(len(e))
 			}
 		}
 		// After every pipeline's part: a dropped pipeline's last changes
@@ -394,6 +402,10 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	n.pubCommitted.Store(pubSeen)
 	n.status.checkpointNanos.Store(int64(time.Since(began)))
 	n.status.checkpointBytes.Store(changeBytes)
+	n.status.stateWritten.Add(changeBytes)
+	n.status.baseWritten.Add(baseBytes)
+	n.status.outboxWritten.Add(outboxBytes)
+	n.status.sideWritten.Add(sideBytes)
 	n.status.outboxBytes.Add(outboxBytes - freed)
 	n.commitSide(&side, began)
 	n.deletedTo = max(n.deletedTo, n.pendingDeletedTo)

@@ -42,6 +42,10 @@ type status struct {
 	sidePublishDropped atomic.Uint64 // side output lines not published to their mqtt output
 	src                atomic.Pointer[mqtt.Source]
 	uplink             atomic.Pointer[uplink.Uplink]
+	// What checkpoints stored, in bytes of values (before bbolt's pages):
+	// operator state changes (op records), the bases compaction rewrote,
+	// outbox entries, side output lines.
+	stateWritten, baseWritten, outboxWritten, sideWritten atomic.Int64
 }
 
 func (n *node) registry() *prometheus.Registry {
@@ -88,6 +92,27 @@ func (n *node) registry() *prometheus.Registry {
 	gauge("runnel_edge_checkpoint_bytes", "Bytes of state changes in the last checkpoint.", func() float64 {
 		return float64(n.status.checkpointBytes.Load())
 	})
+	// Disk wear (wear.go): what the ingest log and the state file's
+	// commits wrote, and what checkpoints stored in the state file.
+	counter("runnel_edge_ingest_log_written_bytes_total", "Bytes the ingest log wrote (frames and segment headers).", func() float64 { return float64(n.logWear.written.Load()) })
+	counter("runnel_edge_ingest_log_disk_bytes_total", "Bytes of 4 KiB pages the ingest log's writes dirtied, counted at each fsync: a group commit rewrites the partly filled page it appends to.", func() float64 {
+		return float64(n.logWear.pages.Load() * wearPage)
+	})
+	counter("runnel_edge_ingest_log_fsyncs_total", "fsyncs of ingest log segments and of its directory.", func() float64 { return float64(n.logWear.syncs.Load()) })
+	counter("runnel_edge_state_written_bytes_total", "Bytes the state file's commits wrote: every page a commit changed, the freelist and a meta page each.", func() float64 {
+		return float64(n.store.WriteStats().Bytes)
+	})
+	counter("runnel_edge_state_freelist_written_bytes_total", "Of runnel_edge_state_written_bytes_total, the freelist's pages, which every commit rewrites whole (estimated).", func() float64 {
+		return float64(n.store.WriteStats().FreelistBytes)
+	})
+	for _, c := range []struct {
+		part string
+		v    *atomic.Int64
+	}{{"state", &n.status.stateWritten}, {"compaction", &n.status.baseWritten}, {"outbox", &n.status.outboxWritten}, {"side", &n.status.sideWritten}} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runnel_edge_checkpoint_stored_bytes_total",
+			Help:        "Bytes of values checkpoints stored in the state file, by part (state: operator state changes; compaction: the bases compaction rewrote; outbox: results for the uplink and outputs; side: late records and dead letters).",
+			ConstLabels: prometheus.Labels{"edge": n.cfg.EdgeID, "part": c.part}}, func() float64 { return float64(c.v.Load()) }))
+	}
 	gauge("runnel_edge_ingest_log_bytes", "Bytes of ingest log segments on disk.", func() float64 { return float64(n.log.Size()) })
 	gauge("runnel_edge_outbox_next_seq", "Sequence number of the next outbox entry.", func() float64 {
 		return float64(n.lastSeq.Load())

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -163,6 +164,7 @@ type node struct {
 	// records and neither moved changes nothing, and the pump skips it.
 	ackCommitted, pubCommitted atomic.Uint64
 	pendingDeletedTo           uint64
+	logWear                    wearCounts // what the ingest log wrote (wear.go)
 }
 
 type pipe struct {
@@ -275,6 +277,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	}
 	logOpts := cfg.IngestLog
 	logOpts.OnDurable = n.acks.durable
+	logOpts.FS = wearFS{FS: cmp.Or(logOpts.FS, ingestlog.OSFS()), c: &n.logWear}
 	l, rec, err := ingestlog.Open(ctx, filepath.Join(cfg.DataDir, "log"), &logOpts)
 	if err != nil {
 		st.Close()

@@ -78,15 +78,15 @@ func (ps *pipeState) due(s groupStat) bool {
 }
 
 // write appends the checkpoint's op records of the pipeline and compacts
-// what is due, in tx. It returns the bytes of records appended. On error
+// what is due, in tx. It returns the bytes of op records appended and of
+// the bases compaction wrote. On error
 // the transaction must be rolled back and ps discarded.
-func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (int64, error) {
+func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (appended, rebased int64, err error) {
 	ob, err := tx.Bucket(oplogBucket(ps.name))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	l.finish(func(g int) bool { return ps.groups[g].has() })
-	var appended int64
 	var key, val []byte
 	for g := range l.groups {
 		chunks := l.groups[g].chunks
@@ -95,7 +95,7 @@ func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (int64, error) {
 			val = chunkHeader(val[:0], opRecordFormat, len(chunks), 0, false)
 			val = append(val, c...)
 			if err := ob.Put(key, val); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			ps.groups[g].ops += int64(len(val))
 			appended += int64(len(val))
@@ -106,7 +106,7 @@ func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (int64, error) {
 	}
 	bb, err := tx.Bucket(baseBucket(ps.name))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	budget := max(ps.budget, ps.perAppend*appended)
 	for _, g := range ps.pick() {
@@ -115,10 +115,11 @@ func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (int64, error) {
 		}
 		budget -= ps.groups[g].base + ps.groups[g].ops
 		if err := ps.compact(ob, bb, g); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
+		rebased += ps.groups[g].base
 	}
-	return appended, nil
+	return appended, rebased, nil
 }
 
 // pick returns the groups due for compaction, most op bytes first.

@@ -64,7 +64,7 @@ func TestOpStateMatchesMap(t *testing.T) {
 				}
 			}
 			err := st.Update(func(tx *state.Tx) error {
-				_, err := ps.write(tx, l, id)
+				_, _, err := ps.write(tx, l, id)
 				return err
 			})
 			if err != nil {
@@ -150,7 +150,7 @@ func writeBig(t *testing.T, st *state.Store, ps *pipeState) map[string]string {
 		if id == 2 {
 			ps.maxRecs, ps.foldMin = 1<<30, 1<<62 // keep the record
 		}
-		if err := st.Update(func(tx *state.Tx) error { _, err := ps.write(tx, l, id); return err }); err != nil {
+		if err := st.Update(func(tx *state.Tx) error { _, _, err := ps.write(tx, l, id); return err }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,6 +24,8 @@ type Store struct {
 	// transaction. bbolt's in-memory state may be inconsistent after one,
 	// so later writes fail fast instead of adding to a damaged file.
 	poisoned atomic.Pointer[error]
+
+	wc writeCounters // stats.go
 }
 
 // Open opens the state file at path, creating it if it does not exist, and
@@ -305,5 +307,9 @@ func (s *Store) view(op string, fn func(*bolt.Tx) error) error {
 }
 
 func (s *Store) update(op string, fn func(*bolt.Tx) error) error {
-	return s.guard(op, true, func() error { return s.db.Update(fn) })
+	err := s.guard(op, true, func() error { return s.db.Update(fn) })
+	if err == nil {
+		s.countCommit()
+	}
+	return err
 }
