@@ -40,6 +40,7 @@ func wantDefaults(host string) *Config {
 			SessionExpiry:  24 * time.Hour,
 			KeepAlive:      30 * time.Second,
 			Reconnect:      Reconnect{Min: 250 * time.Millisecond, Max: 30 * time.Second},
+			BatchWait:      5 * time.Millisecond,
 		},
 		Checkpoint:      Checkpoint{Interval: time.Second},
 		IngestLog:       IngestLog{SegmentSize: 64 << 20, Sync: SyncGroup, SyncDelay: 2 * time.Millisecond, Compression: CompressionNone},
