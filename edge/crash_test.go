@@ -9,9 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/runnel-io/runnel/internal/testbroker"
 	"github.com/runnel-io/runnel/internal/testproc"
@@ -35,14 +38,23 @@ type edgeProc struct {
 }
 
 // TestCrashExactlyOnce kills a real runnel-edge process with SIGKILL at
-// random moments while a publisher sends a known stream through a real
-// Mosquitto (QoS 1, with an event id). After the last restart the window
-// results in the node's outbox equal the oracle: every reading counted
-// once, none lost, none twice.
+// random moments while publishers send a known stream (QoS 1, with an
+// event id): through a real Mosquitto, which keeps the edge's session
+// while it is down, and to the edge's embedded broker, which dies with it,
+// so four publishers reconnect and send again what had no PUBACK. After
+// the last restart the window results in the node's outbox equal the
+// oracle: every reading counted once, none lost, none twice. With the
+// embedded broker a PUBACK sent before the reading was durable would
+// lose it.
 func TestCrashExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: starts processes for several seconds")
 	}
+	t.Run("broker=mosquitto", func(t *testing.T) { crashExactlyOnce(t, false) })
+	t.Run("broker=embedded", func(t *testing.T) { crashExactlyOnce(t, true) })
+}
+
+func crashExactlyOnce(t *testing.T, embedded bool) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "runnel-edge")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
@@ -53,12 +65,20 @@ func TestCrashExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "data")
-	mosq := testbroker.Start(t)
+	var hostPort string
+	args := []string{"run", "--pipeline", specPath, "--data-dir", data, "--edge-id", "crash", "--checkpoint-interval", "100ms", "--http-addr="}
+	if embedded {
+		hostPort = freeAddr(t)
+	} else {
+		mosq := testbroker.Start(t)
+		hostPort = mosq.HostPort()
+		args = append(args, "--broker-url", mosq.Addr())
+	}
 
 	start := func() *edgeProc {
 		p := &edgeProc{stderr: &testproc.Buffer{}}
-		p.cmd = exec.Command(bin, "run", "--pipeline", specPath, "--data-dir", data,
-			"--broker-url", mosq.Addr(), "--edge-id", "crash", "--checkpoint-interval", "100ms", "--http-addr=")
+		p.cmd = exec.Command(bin, args...)
+		p.cmd.Env = append(os.Environ(), "RUNNEL_EMBEDDED_BROKER_ADDR="+hostPort)
 		p.cmd.Stderr = p.stderr
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -92,21 +112,43 @@ func TestCrashExactlyOnce(t *testing.T) {
 		stream = append(stream, reading{dev: i % devices, seq: i / devices, ts: base + int64(i)*5 - rng.Int64N(500), v: rng.Int64N(100)})
 	}
 	pubDone := make(chan struct{})
-	go func() {
-		defer close(pubDone)
-		pub := testbroker.NewPublisher(t, mosq.HostPort())
-		defer pub.Close()
-		for _, r := range stream {
-			payload := fmt.Appendf(nil, `{"device":"d%d","seq":%d,"ts":%d,"v":%d}`, r.dev, r.seq, r.ts, r.v)
-			if err := pub.Publish(context.Background(), "plant/north/temp", payload, 1); err != nil {
-				t.Errorf("publish: %v", err)
-				return
-			}
+	if embedded {
+		// Four publishers, two devices each, each sending a reading until
+		// it has its PUBACK, reconnecting as the broker comes back.
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				pub := &retryPublisher{t: t, hostPort: hostPort, id: fmt.Sprintf("pub-%d", w)}
+				defer pub.close()
+				for _, r := range stream {
+					if r.dev%4 == w {
+						pub.publish("plant/north/temp", fmt.Appendf(nil, `{"device":"d%d","seq":%d,"ts":%d,"v":%d}`, r.dev, r.seq, r.ts, r.v))
+					}
+				}
+			})
 		}
-	}()
+		go func() { wg.Wait(); close(pubDone) }()
+	} else {
+		go func() {
+			defer close(pubDone)
+			pub := testbroker.NewPublisher(t, hostPort)
+			defer pub.Close()
+			for _, r := range stream {
+				payload := fmt.Appendf(nil, `{"device":"d%d","seq":%d,"ts":%d,"v":%d}`, r.dev, r.seq, r.ts, r.v)
+				if err := pub.Publish(context.Background(), "plant/north/temp", payload, 1); err != nil {
+					t.Errorf("publish: %v", err)
+					return
+				}
+			}
+		}()
+	}
 
+	// Through Mosquitto, kills go on until the stream is all sent. The
+	// embedded broker dies with each kill and its publishers wait for the
+	// next start, so there 20 kills come first and the stream is finished
+	// without.
 	kills := 0
-	for kills < 20 || !isClosed(pubDone) {
+	for kills < 20 || (!embedded && !isClosed(pubDone)) {
 		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond)
 		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -117,9 +159,10 @@ func TestCrashExactlyOnce(t *testing.T) {
 	}
 	<-pubDone
 	// A last reading far ahead moves the watermark past every window.
-	pub := testbroker.NewPublisher(t, mosq.HostPort())
-	pub.MustPublish("plant/north/temp", fmt.Appendf(nil, `{"device":"flush","seq":0,"ts":%d,"v":0}`, base+3_600_000), 1)
-	pub.Close()
+	waitConnected(p)
+	pub := &retryPublisher{t: t, hostPort: hostPort, id: "flush"}
+	pub.publish("plant/north/temp", fmt.Appendf(nil, `{"device":"flush","seq":0,"ts":%d,"v":0}`, base+3_600_000))
+	pub.close()
 
 	want := map[string][2]int64{} // device/window -> count, sum
 	for _, r := range stream {
@@ -158,6 +201,53 @@ func TestCrashExactlyOnce(t *testing.T) {
 	}
 	if bad > 0 {
 		t.Fatalf("%d of %d windows wrong after %d kills", bad, len(want), kills)
+	}
+}
+
+// retryPublisher sends QoS 1 messages one at a time, each until the broker
+// acknowledges it, reconnecting whenever the connection (or the broker)
+// is gone.
+type retryPublisher struct {
+	t        *testing.T
+	hostPort string
+	id       string
+	cli      *paho.Client
+	failed   bool
+}
+
+func (p *retryPublisher) publish(topic string, payload []byte) {
+	if p.failed {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if p.cli == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			cli, err := testbroker.Dial(ctx, p.hostPort, paho.ClientConfig{ClientID: p.id}, &paho.Connect{ClientID: p.id, CleanStart: true, KeepAlive: 30})
+			cancel()
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			p.cli = cli
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := p.cli.Publish(ctx, &paho.Publish{Topic: topic, Payload: payload, QoS: 1})
+		cancel()
+		if err == nil {
+			return
+		}
+		p.close()
+	}
+	p.failed = true
+	p.t.Errorf("%s: no PUBACK for 30 s", p.id)
+}
+
+func (p *retryPublisher) close() {
+	if p.cli != nil {
+		_ = p.cli.Disconnect(&paho.Disconnect{})
+		<-p.cli.Done()
+		p.cli = nil
 	}
 }
 

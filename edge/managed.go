@@ -394,7 +394,9 @@ func (n *node) reconfigure(ctx context.Context, req applyReq, barrier func(*flee
 		ps.outs.close()
 		ps.side.close()
 	}
-	if src := n.status.src.Load(); src != nil {
+	if n.intakeSubs.Load() != nil {
+		n.setIntakeTopics() // the embedded broker: nothing to subscribe to
+	} else if src := n.status.src.Load(); src != nil {
 		if err := src.SetTopics(ctx, n.subscriptions()); err != nil {
 			n.lg.Warn("edge: mqtt: changing subscriptions", "err", err)
 		}

@@ -103,8 +103,13 @@ type node struct {
 	store *state.Store
 	pipes []*pipe
 	acks  ackQueue
-	rec   []byte          // the MQTT handler's record being appended
-	last  checkpoint.Meta // the last committed checkpoint
+	// appendMu orders appends with their acks (handle, intake); rec is the
+	// record being appended.
+	appendMu sync.Mutex
+	rec      []byte
+	// intakeSubs are the topic filters the embedded broker's intake takes.
+	intakeSubs atomic.Pointer[[]mqtt.Subscription]
+	last       checkpoint.Meta // the last committed checkpoint
 
 	status  status
 	side    sideStats     // side.go
@@ -371,8 +376,12 @@ func (n *node) run(ctx context.Context) error {
 	}
 	var brk *broker.Broker
 	if url == "" {
+		// The embedded broker hands the pipelines' messages to the ingest
+		// log in-process (intake); the MQTT source connects to it only
+		// to publish the MQTT outputs.
 		var err error
-		if brk, err = broker.Start(ctx, broker.Options{Addr: cfg.EmbeddedAddr, Logger: n.lg}); err != nil {
+		n.setIntakeTopics()
+		if brk, err = broker.Start(ctx, broker.Options{Addr: cfg.EmbeddedAddr, Logger: n.lg, Intake: n.intake}); err != nil {
 			n.closeAll(ctx)
 			return fmt.Errorf("edge: embedded broker: %w", err)
 		}
@@ -470,7 +479,9 @@ func (n *node) run(ctx context.Context) error {
 		// parked beyond a subscriber's Receive Maximum: never let it park.
 		mc.ReceiveMaximum = broker.DefaultMaxInflight
 	}
-	mc.Topics = subs
+	if brk == nil {
+		mc.Topics = subs
+	}
 	mc.MaxMessage = n.maxRecord // a longer payload is kept as an oversized record's start
 	if mc.Logger == nil {
 		mc.Logger = n.lg
@@ -544,6 +555,8 @@ func (n *node) run(ctx context.Context) error {
 // handle is the MQTT handler: it appends each message of a batch to the
 // ingest log and acknowledges the batch once the last of them is durable.
 func (n *node) handle(b *mqtt.Batch) {
+	n.appendMu.Lock()
+	defer n.appendMu.Unlock()
 	if n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap {
 		if n.cfg.DropAtCap {
 			n.dropAtCap(len(b.Messages))
@@ -589,9 +602,68 @@ func (n *node) handle(b *mqtt.Batch) {
 		b.Acks.Ack()
 		return
 	}
-	n.acks.push(last, b.Acks)
+	n.acks.push(pendingAck{last: last, mqtt: b.Acks})
 	// The commit may have happened between Append and push.
 	n.acks.durable(n.log.Durable())
+}
+
+// intake is the embedded broker's IntakeFunc: a message of the pipelines'
+// topics is appended to the ingest log and acknowledged to its publisher
+// once durable; others are left to the broker. It runs on the publisher's
+// connection goroutine and blocks it at the disk cap, which holds that
+// device.
+func (n *node) intake(m broker.Message, ack broker.Ack) bool {
+	if !matchesAny(*n.intakeSubs.Load(), m.Topic) {
+		return false
+	}
+	select {
+	case <-n.closing:
+		return true // stopping: not acknowledged, the publisher sends it again
+	default:
+	}
+	n.appendMu.Lock()
+	defer n.appendMu.Unlock()
+	if n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap {
+		if n.cfg.DropAtCap {
+			n.dropAtCap(1)
+			ack.Ack()
+			return true
+		}
+		n.waitForDisk()
+	}
+	now := time.Now().UnixMilli()
+	n.lastMessage.Store(now)
+	n.appendClock(now)
+	if recordLen(m.Topic, m.Payload) > n.maxRecord {
+		n.status.oversized.Add(1)
+		n.rec = encodeOversized(n.rec[:0], m.Topic, m.Payload, len(m.Payload))
+	} else {
+		n.rec = encodeRecord(n.rec[:0], m.Topic, m.Payload)
+	}
+	pos, err := n.log.Append(context.Background(), n.rec)
+	if err != nil {
+		n.lg.Error("edge: ingest log append; the publisher will send the message again", "topic", m.Topic, "err", err)
+		return true // not acknowledged
+	}
+	n.acks.push(pendingAck{last: pos, broker: ack})
+	n.acks.durable(n.log.Durable())
+	return true
+}
+
+// setIntakeTopics gives the embedded broker's intake the pipelines' topic
+// filters.
+func (n *node) setIntakeTopics() {
+	subs := n.subscriptions()
+	n.intakeSubs.Store(&subs)
+}
+
+func matchesAny(subs []mqtt.Subscription, topic string) bool {
+	for _, s := range subs {
+		if mqtt.Match(s.Filter, topic) {
+			return true
+		}
+	}
+	return false
 }
 
 // recordLen is the length of the message record encodeRecord makes.
@@ -889,14 +961,17 @@ type ackQueue struct {
 	src  *atomic.Pointer[mqtt.Source] // batches the acks' writes, once started
 }
 
+// pendingAck is a batch from the MQTT source or a message the embedded
+// broker's intake took, with its last record.
 type pendingAck struct {
-	last ingestlog.Position // the batch's last record
-	acks mqtt.Acks
+	last   ingestlog.Position
+	mqtt   mqtt.Acks
+	broker broker.Ack
 }
 
-func (a *ackQueue) push(last ingestlog.Position, acks mqtt.Acks) {
+func (a *ackQueue) push(p pendingAck) {
 	a.mu.Lock()
-	a.q = append(a.q, pendingAck{last, acks})
+	a.q = append(a.q, p)
 	a.mu.Unlock()
 }
 
@@ -911,7 +986,8 @@ func (a *ackQueue) durable(upTo ingestlog.Position) {
 	}
 	send := func() {
 		for a.head < len(a.q) && a.q[a.head].last < upTo {
-			a.q[a.head].acks.Ack()
+			a.q[a.head].mqtt.Ack()
+			a.q[a.head].broker.Ack()
 			a.q[a.head] = pendingAck{}
 			a.head++
 		}

@@ -38,12 +38,16 @@ type Options struct {
 	MaxInflight int
 	// Logger receives the broker's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Intake, if set, takes the messages clients publish in-process,
+	// before the broker acknowledges them (see IntakeFunc).
+	Intake IntakeFunc
 }
 
 // Stats are counters since the broker started.
 type Stats struct {
 	ClientsConnected int64
 	MessagesReceived int64 // PUBLISH packets received from clients
+	MessagesTaken    int64 // of those, taken by the intake
 	MessagesSent     int64 // PUBLISH packets sent to subscribers
 	Inflight         int64 // QoS 1/2 messages held now (mochi's gauge; it can dip below 0)
 	InflightDropped  int64 // QoS 1/2 messages dropped: a client's MaxInflight was full
@@ -53,6 +57,7 @@ type Stats struct {
 type Broker struct {
 	srv    *mochi.Server
 	ln     *tcpListener
+	intake *intakeHook
 	closed atomic.Bool
 }
 
@@ -78,12 +83,22 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	caps.MaximumInflight = uint16(opts.MaxInflight)
 	srv := mochi.New(&mochi.Options{
 		Capabilities: caps,
-		Logger:       opts.Logger.With("component", "broker"),
-		// InlineClient stays off: the edge talks to its broker over TCP
-		// like any other client, so one code path is tested.
+		// mochi's debug logs are per packet (one for every message the
+		// intake takes): info and above only.
+		Logger: slog.New(infoAndAbove{opts.Logger.Handler()}).With("component", "broker"),
+		// The inline client routes what the intake took to the other
+		// subscribers.
+		InlineClient: opts.Intake != nil,
 	})
 	if err := srv.AddHook(new(allowAll), nil); err != nil {
 		return nil, fmt.Errorf("broker: add auth hook: %w", err)
+	}
+	var in *intakeHook
+	if opts.Intake != nil {
+		in = &intakeHook{srv: srv, fn: opts.Intake, closing: make(chan struct{})}
+		if err := srv.AddHook(in, nil); err != nil {
+			return nil, fmt.Errorf("broker: add intake hook: %w", err)
+		}
 	}
 	ln := &tcpListener{id: "tcp", addr: opts.Addr}
 	if err := srv.AddListener(ln); err != nil {
@@ -93,7 +108,7 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 		_ = srv.Close()
 		return nil, fmt.Errorf("broker: serve: %w", err)
 	}
-	return &Broker{srv: srv, ln: ln}, nil
+	return &Broker{srv: srv, ln: ln, intake: in}, nil
 }
 
 // Addr is the address the broker listens on ("127.0.0.1:1883"), with the
@@ -106,9 +121,14 @@ func (b *Broker) URL() string { return "mqtt://" + b.Addr() }
 // Stats returns the broker's counters.
 func (b *Broker) Stats() Stats {
 	i := b.srv.Info.Clone()
+	var taken int64
+	if b.intake != nil {
+		taken = b.intake.taken.Load()
+	}
 	return Stats{
 		ClientsConnected: i.ClientsConnected,
 		MessagesReceived: i.MessagesReceived,
+		MessagesTaken:    taken,
 		MessagesSent:     i.MessagesSent,
 		Inflight:         i.Inflight,
 		InflightDropped:  i.InflightDropped,
@@ -121,6 +141,9 @@ func (b *Broker) Stats() Stats {
 func (b *Broker) Close(ctx context.Context) error {
 	if !b.closed.CompareAndSwap(false, true) {
 		return ErrClosed
+	}
+	if b.intake != nil {
+		close(b.intake.closing)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -223,3 +246,18 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 }
 
 func (l *tcpListener) wait() { l.wg.Wait() }
+
+// infoAndAbove drops the debug records of the handler it wraps.
+type infoAndAbove struct{ slog.Handler }
+
+func (h infoAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo && h.Handler.Enabled(ctx, l)
+}
+
+func (h infoAndAbove) WithAttrs(as []slog.Attr) slog.Handler {
+	return infoAndAbove{h.Handler.WithAttrs(as)}
+}
+
+func (h infoAndAbove) WithGroup(name string) slog.Handler {
+	return infoAndAbove{h.Handler.WithGroup(name)}
+}
