@@ -335,7 +335,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 		outbox.FillSequential()
 		late.FillSequential()
 		dead.FillSequential()
-		for _, p := range parts {
+		for i, p := range parts {
 			if p.isPos {
 				c.LogPos, fed, fc = uint64(p.pos), p.fed, p.fleet
 				continue
@@ -347,6 +347,10 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 			}
 			baseBytes += rebased
 			changeBytes += p.ops.bytes
+			// The store holds its own copy of the op records now: let a
+			// collection during the rest of the commit (bbolt's spill
+			// and fsync) free them.
+			parts[i].ops = nil
 			out := p.out
 			if p.hasWM {
 				out = append(out, encodeWatermark(nil, p.pipe, ps.sink.rev, ps.sink.local, p.wm))

@@ -190,6 +190,13 @@ const (
 	bucketDead   = "deadletter"
 )
 
+// partsBuffered is how many checkpoint parts wait for the writer: those
+// of two checkpoints (a pipeline's part and the pump's). Each part holds a
+// checkpoint's outputs and op records (megabytes at 10^5 keys), so a
+// writer slower than the checkpoint interval holds up the pipelines (and,
+// through the ingest log, nothing else) rather than let them queue.
+func partsBuffered(pipelines int) int { return 2 * (max(pipelines, 4) + 1) }
+
 // mmapBytes is the address space the state file is mapped with at first:
 // growing the mapping during a large checkpoint made bbolt copy the whole
 // transaction (a sixth of recovery's time). 1 GiB, or 256 MiB where
@@ -226,7 +233,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, 16*max(len(cfg.Pipelines), 4)), closing: make(chan struct{}), applyReqs: make(chan applyReq),
+	n := &node{cfg: cfg, lg: lg, parts: make(chan ckptPart, partsBuffered(len(cfg.Pipelines))), closing: make(chan struct{}), applyReqs: make(chan applyReq),
 		grew: make(chan struct{}), writeReqs: make(chan writeReq), writerDone: make(chan struct{}),
 		ckptReqs: make(chan ckptReq), snapReqs: make(chan snapReq), snapIdle: defaultSnapIdle}
 	n.acks.src = &n.status.src

@@ -53,6 +53,9 @@ type pipeState struct {
 	name   string
 	groups []groupStat
 	f      *folder // scratch for compaction
+	// val is scratch for the stored values (a chunk behind its header),
+	// kept while small: a checkpoint writes a few hundred of them.
+	val []byte
 
 	// The compaction policy (the constants above; tests vary them).
 	foldMin, budget, perAppend int64
@@ -79,7 +82,7 @@ func (ps *pipeState) due(s groupStat) bool {
 
 // write appends the checkpoint's op records of the pipeline and compacts
 // what is due, in tx. It returns the bytes of op records appended and of
-// the bases compaction wrote. On error
+// the bases compaction wrote. It drops l's chunks as it stores them. On error
 // the transaction must be rolled back and ps discarded.
 func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (appended, rebased int64, err error) {
 	ob, err := tx.Bucket(oplogBucket(ps.name))
@@ -87,7 +90,8 @@ func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (appended, rebased
 		return 0, 0, err
 	}
 	l.finish(func(g int) bool { return ps.groups[g].has() })
-	var key, val []byte
+	var key []byte
+	val := ps.val
 	for g := range l.groups {
 		chunks := l.groups[g].chunks
 		for j, c := range chunks {
@@ -103,7 +107,11 @@ func (ps *pipeState) write(tx *state.Tx, l *opLog, id uint64) (appended, rebased
 		if len(chunks) > 0 {
 			ps.groups[g].recs++
 		}
+		// The store copied them: a collection during the rest of the
+		// transaction (compaction, bbolt's spill) may free them.
+		l.groups[g].chunks = nil
 	}
+	ps.keepVal(val)
 	bb, err := tx.Bucket(baseBucket(ps.name))
 	if err != nil {
 		return 0, 0, err
@@ -165,7 +173,9 @@ func (ps *pipeState) compact(ob, bb *state.Bucket, g int) error {
 		return errBadState(ps.path, baseBucket(ps.name), baseKey(nil, g, bad), "%s", why)
 	}
 	st := groupStat{baseChunks: len(chunks)}
-	var key, val []byte
+	var key []byte
+	val := ps.val
+	defer func() { ps.keepVal(val) }()
 	for j, c := range chunks {
 		key = baseKey(key[:0], g, j)
 		val = chunkHeader(val[:0], baseFormat, len(chunks), through, true)
@@ -173,6 +183,7 @@ func (ps *pipeState) compact(ob, bb *state.Bucket, g int) error {
 		if err := bb.Put(key, val); err != nil {
 			return err
 		}
+		chunks[j] = nil // the store copied it
 		st.base += int64(len(val))
 	}
 	for j := len(chunks); j < oldChunks; j++ {
@@ -188,6 +199,16 @@ func (ps *pipeState) compact(ob, bb *state.Bucket, g int) error {
 	ps.groups[g] = st
 	return nil
 }
+
+// keepVal keeps b as the value scratch unless it grew past maxScratch.
+func (ps *pipeState) keepVal(b []byte) {
+	if cap(b) <= maxScratch {
+		ps.val = b[:0]
+	}
+}
+
+// maxScratch bounds the value scratch a pipeState keeps between uses.
+const maxScratch = 256 << 10
 
 var errStop = errors.New("stop")
 
