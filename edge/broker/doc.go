@@ -14,6 +14,20 @@
 //
 // MQTT v3.1.1 and v5 clients are both accepted.
 //
+// # In-process intake
+//
+// With [Options.Intake] (the edge always sets it) the messages of the
+// pipelines' topics never take the subscriber path: mochi's OnPublish hook
+// hands each one to the edge, which appends it to its ingest log, and the
+// publisher gets its PUBACK only once the message is durable (for QoS 2,
+// mochi's PUBREC waits for that). A publisher whose intake blocks (the
+// disk cap) is not read meanwhile: that is the back-pressure to devices.
+// So a device that has its acknowledgement has lost nothing, even if the
+// edge is killed the next moment, and the mochi defects below (which are
+// all on the subscriber path) do not touch the edge's data. Messages the
+// intake takes still reach the broker's other subscribers, and are
+// retained when asked, through mochi's inline client.
+//
 // # Lifecycle
 //
 // [Start] binds the listener and returns once the broker accepts
@@ -23,13 +37,14 @@
 // # Caveats
 //
 //   - No persistence: when the edge process stops, the broker forgets
-//     sessions and every QoS 1/2 message it had accepted from a publisher
-//     but not yet delivered to (and had acknowledged by) a subscriber. The
-//     MQTT source acknowledges only what the ingest log has made durable,
-//     so nothing the edge acknowledged is lost; but messages the broker had
-//     already acknowledged to a device are. Where that matters, run
-//     Mosquitto with persistence instead (deploy/), or give this package a
-//     storage hook (mochi has a bbolt one) — not done yet.
+//     sessions, and the messages it held for other subscribers. What the
+//     intake took is in the ingest log.
+//
+// The defects of mochi v2.7.9 that follow are on its subscriber path,
+// which the edge's own data no longer takes; they still apply to other
+// subscribers of this broker (a local dashboard) and to tests that
+// subscribe.
+//
 //   - mochi v2.7.9 can deadlock a subscriber's connection under a QoS 1
 //     stream: Inflight.NextImmediate takes the store's read lock and then
 //     calls GetAll, which takes it again; a publisher waiting for the write
@@ -37,8 +52,8 @@
 //     lock, and both wait forever (Close then hangs too). It needs a
 //     subscriber with messages in flight while publishers add more, so a
 //     busy edge will meet it; the tests here met it about once in 25 runs
-//     of a 100-message exchange. This alone makes the TCP hop from this
-//     broker to the MQTT source unfit for production until mochi fixes it.
+//     of a 100-message exchange, and a quarter of the armv7 runs under
+//     qemu when the edge still subscribed.
 //   - Receive Maximum is not safe with mochi v2.7.9 either. When a subscriber has
 //     its Receive Maximum of messages unacknowledged, mochi parks further
 //     QoS 1/2 messages and sends one per packet it later receives from that

@@ -1,15 +1,16 @@
 // Package mqtt is the edge's MQTT source: it holds one MQTT v5 (default)
 // or v3.1.1 connection (Config.Protocol) to a broker (the embedded one, edge/broker, or Mosquitto and the like),
-// subscribes to the configured topics, and hands each message to a
-// Handler, acknowledging it to the broker only when the handler says so.
+// subscribes to the configured topics, and hands the messages to a
+// BatchHandler, a batch per read of the connection, acknowledging them to
+// the broker only when the handler says so.
 //
 // # Model
 //
 // Data flow step 1 in DESIGN.md: a message is acknowledged (PUBACK) only
 // after the edge has appended it to its ingest log and synced it. So the
-// source never acknowledges on its own. The Handler receives each message
-// with an ack func; the edge calls it after the group commit that made the
-// message durable. Until then the broker keeps the message and, if the
+// source never acknowledges on its own. The handler receives each batch
+// with its Acks; the edge calls Acks.Ack after the group commit that made
+// the batch durable. Until then the broker keeps the message and, if the
 // connection or the process dies, sends it again.
 //
 // Back-pressure (DESIGN.md step 3) is MQTT's Receive Maximum, which the
@@ -27,8 +28,8 @@
 //
 // # Invariants
 //
-//   - Handler calls come from one goroutine, in the order the broker sent
-//     the messages.
+//   - Handler calls come one at a time (from the connection's reader), in
+//     the order the broker sent the messages.
 //   - Acknowledgements reach the broker in arrival order (MQTT 4.6), each
 //     at most once, and only on the connection that delivered the message:
 //     an ack after that connection has dropped is a no-op, because the
@@ -48,7 +49,7 @@
 // # MQTT v3.1.1
 //
 // Config.Protocol "3.1.1" is for brokers, or policies, that allow nothing
-// newer. The Handler contract, the invariants above and the Source API are
+// newer. The BatchHandler contract, the invariants above and the Source API are
 // the same; what v3.1.1 gives is a persistent session (CleanSession false,
 // so unacknowledged and queued QoS 1 messages are redelivered after a
 // reconnect or restart), QoS 0 and 1 (and 2), TLS and user name and
@@ -57,10 +58,7 @@
 //   - Receive Maximum. Back-pressure is the broker's own bound on unacked
 //     messages in flight to one client (Mosquitto: max_inflight_messages,
 //     default 20; 0 means none) and then TCP. Config.ReceiveMaximum is
-//     ignored, and Stats.OverReceiveMaximum stays 0. The source buffers up
-//     to 1024 delivered messages; a broker that sends more unacknowledged
-//     ones blocks the connection's reader, and with it keep-alive, until
-//     the handler catches up (the broker may then drop the connection).
+//     ignored, and Stats.OverReceiveMaximum stays 0.
 //   - Session expiry. Config.SessionExpiry is ignored: the broker's policy
 //     (Mosquitto: persistent_client_expiration, default never) decides how
 //     long it keeps the session while the edge is away.
@@ -80,21 +78,29 @@
 // acknowledgement order are the Source's, the wire is the link's. conn5.go
 // speaks v5, conn311.go v3.1.1.
 //
+// The source reads the socket itself (wire.go): one goroutine per
+// connection reads whatever the socket holds into one buffer, frames the
+// packets in place, and hands every PUBLISH of the read to the handler as
+// one Batch, acknowledged with one call (and, corked, one write of all
+// its PUBACKs). Between reads it waits Config.BatchWait (5 ms) when a read
+// did not fill its buffer, so that more messages share a wake-up: on these
+// machines a wake-up costs more than decoding a message, so CPU per
+// message follows messages per wake-up. PUBREL is answered with PUBCOMP
+// there. The client libraries see every other packet (CONNACK, SUBACK,
+// PINGRESP, the acks of our own publishes) through bufConn.Read, and do
+// what they are good at: the handshake, keep-alive, SUBSCRIBE and
+// publishing. A library that reads packet by packet costs a wake-up, a
+// goroutine hand-off and several allocations per message (paho.golang's
+// reader was a third of the edge's CPU).
+//
 // The v5 client is github.com/eclipse/paho.golang's paho package; the
 // reconnect loop is ours rather than autopaho's (autopaho needs
 // golang.org/x/net, which this module does not require, and its loop
 // offers no way to tie acknowledgements to a connection). paho's own
-// manual acknowledgement mode is not used either: see acker in session.go
-// for why, in short a 50 ms flush ticker that caps throughput at
-// ReceiveMaximum per 50 ms (with a broker that honours it), acks lost at
-// disconnect, and acks that can hit the next connection (paho.golang
-// issues #327 and #160). Instead paho runs in automatic mode with a
-// session that ignores the automatic ack and sends the handler's.
+// manual acknowledgement mode is not used either: see acker in session.go.
 //
 // The v3.1.1 client is github.com/eclipse/paho.mqtt.golang, one client per
-// connection with its automatic reconnect, automatic acknowledgement and
-// message store turned off: the acker writes the PUBACKs itself, on the
-// same terms as for v5 (link311 says why).
+// connection with its automatic reconnect and message store turned off.
 //
 // # Caveats
 //
@@ -104,6 +110,9 @@
 //   - Receive Maximum bounds QoS 1 and 2 only. QoS 0 messages have no flow
 //     control: a handler slower than a QoS 0 stream blocks the connection's
 //     reader, pings go unanswered and the broker drops the connection.
+//   - A payload longer than Config.MaxMessage is delivered with only its
+//     start (Message.Size has its length); the edge keeps that start as a
+//     dead letter.
 //   - The client's session state (packet IDs in use) is in memory, which is
 //     enough for a receive-only client: on restart, the broker's session is
 //     what matters, and the broker redelivers what was not acknowledged.
@@ -113,9 +122,8 @@
 //     Mosquitto 2.0.11 (Debian 12) does for the first window only: after
 //     that each PUBACK releases up to ReceiveMaximum more messages (fixed
 //     in 2.0.13). The source then still delivers everything, in order, but
-//     the messages beyond the bound wait in its inbox and paho's buffers
-//     (and, once those are full, in TCP buffers, which stalls keep-alive
-//     pings until the handler catches up). Stats.OverReceiveMaximum counts
+//     the messages beyond the bound wait in TCP buffers while the handler
+//     blocks, which stalls keep-alive pings until it catches up. Stats.OverReceiveMaximum counts
 //     them and a warning is logged once per connection. The embedded mochi
 //     broker has worse flow-control defects (see edge/broker's Caveats):
 //     with it, use ReceiveMaximum = broker.DefaultMaxInflight.

@@ -44,15 +44,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //     its file output after a clean stop, count every reading exactly
 //     once; /healthz names the version.
 //
-// The readings are published at QoS 0. At QoS 1 the embedded broker
-// (mochi v2.7.9) deadlocks now and then — Inflight.NextImmediate takes
-// its read lock twice while a publisher waits for the write lock
-// (edge/broker's package comment) — and under emulation often: a
-// quarter of the armv7 runs hung in the second run when this test used
-// QoS 1. What the SIGKILL tests is the node's own promise, that what it
-// read from its ingest log counts once whatever happens; a crash between
-// the broker's PUBACK and the ingest log is the broker's caveat, tested
-// with Mosquitto in edge/crash_test.go.
+// The readings are published at QoS 1, each waiting for its PUBACK,
+// which the embedded broker sends once the reading is in the ingest log
+// and durable (the edge's intake, edge/broker): a SIGKILL loses none that
+// was acknowledged.
 func TestEdgeUnderQemu(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-builds runnel-edge and runs it under qemu")
@@ -287,7 +282,7 @@ func testLive(t *testing.T, a qemu.Arch, emu, bin string) {
 	}
 	pub := testbroker.NewPublisher(t, brokerAddr)
 	for _, r := range first {
-		pub.MustPublish("plant/north/temp", r.payload(), 0)
+		pub.MustPublish("plant/north/temp", r.payload(), 1)
 	}
 	waitMetric(t, httpAddr, "runnel_edge_records_in_total", float64(len(first)))
 	checkpoints := metric(httpAddr, "runnel_edge_checkpoints_total")
@@ -304,16 +299,13 @@ func testLive(t *testing.T, a qemu.Arch, emu, bin string) {
 	pub = testbroker.NewPublisher(t, brokerAddr)
 	sent := 0
 	for i, r := range second {
-		pub.MustPublish("plant/south/temp", r.payload(), 0)
+		pub.MustPublish("plant/south/temp", r.payload(), 1)
 		if i%20 == 0 && i/20 < 50 {
-			pub.MustPublish("plant/north/temp", first[i/20].payload(), 0)
+			pub.MustPublish("plant/north/temp", first[i/20].payload(), 1)
 			sent++
 		}
 		sent++
 	}
-	// QoS 1 for the last: Close must not race a QoS 0 message still
-	// queued in the client. It is the only message in flight, which
-	// mochi's deadlock needs more than one of.
 	pub.MustPublish("plant/north/temp", reading{dev: 99, ts: base + 7_200_000}.payload(), 1)
 	sent++
 	pub.Close()
