@@ -561,23 +561,58 @@ func (n *node) run(ctx context.Context) error {
 
 // handle is the MQTT handler: it appends each message of a batch to the
 // ingest log and acknowledges the batch once the last of them is durable.
+// At the disk cap, checked before each message, it acknowledges what it
+// appended so far and holds (or, with drop_raw, drops) the rest.
 func (n *node) handle(b *mqtt.Batch) {
 	n.appendMu.Lock()
 	defer n.appendMu.Unlock()
-	if n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap {
-		if n.cfg.DropAtCap {
-			n.dropAtCap(len(b.Messages))
-			b.Acks.Ack()
-			return
-		}
-		n.waitForDisk()
-	}
 	now := time.Now().UnixMilli()
 	n.lastMessage.Store(now)
 	n.appendClock(now)
-	last, appended := ingestlog.Position(0), false
-	for i := range b.Messages {
-		m := &b.Messages[i]
+	capped := n.cfg.DiskCap > 0
+	for {
+		i, last, appended, err := n.appendMessages(b.Messages, capped)
+		if err != nil {
+			// The log has failed: the node stops, and the broker
+			// redelivers the batch to the next run.
+			n.lg.Error("edge: ingest log append; the broker will redeliver", "err", err)
+			return
+		}
+		head, tail := b.Split(i)
+		if appended {
+			n.acks.push(pendingAck{last: last, mqtt: head})
+			// The commit may have happened between Append and push.
+			n.acks.durable(n.log.Durable())
+		} else {
+			head.Ack()
+		}
+		if i == len(b.Messages) {
+			return
+		}
+		if n.cfg.DropAtCap {
+			n.dropAtCap(len(b.Messages) - i)
+			tail.Ack()
+			return
+		}
+		n.waitForDisk()
+		select {
+		case <-n.closing:
+			capped = false // the rest is taken after all (see waitForDisk)
+		default:
+		}
+		b.Messages, b.Acks = b.Messages[i:], tail
+	}
+}
+
+// appendMessages appends msgs to the ingest log until, with capped, the
+// disk cap is reached. It returns how many it took and the position of the
+// last one appended, if any was.
+func (n *node) appendMessages(msgs []mqtt.Message, capped bool) (taken int, last ingestlog.Position, appended bool, err error) {
+	for i := range msgs {
+		if capped && n.diskUsed() >= n.cfg.DiskCap {
+			return i, last, appended, nil
+		}
+		m := &msgs[i]
 		switch {
 		case m.Topic == "":
 			// MQTT topic names are never empty (a v5 topic alias is
@@ -595,23 +630,14 @@ func (n *node) handle(b *mqtt.Batch) {
 		}
 		pos, err := n.log.Append(context.Background(), n.rec)
 		if err != nil {
-			// The log has failed: the node stops, and the broker
-			// redelivers the batch to the next run.
-			n.lg.Error("edge: ingest log append; the broker will redeliver", "topic", m.Topic, "err", err)
-			return
+			return i, last, appended, err
 		}
 		last, appended = pos, true
 	}
 	if cap(n.rec) > 64<<10 {
 		n.rec = nil
 	}
-	if !appended {
-		b.Acks.Ack()
-		return
-	}
-	n.acks.push(pendingAck{last: last, mqtt: b.Acks})
-	// The commit may have happened between Append and push.
-	n.acks.durable(n.log.Durable())
+	return len(msgs), last, appended, nil
 }
 
 // intake is the embedded broker's IntakeFunc: a message of the pipelines'

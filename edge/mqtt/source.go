@@ -91,6 +91,21 @@ func Each(h func(m Message, ack func())) BatchHandler {
 
 func noAck() {}
 
+// Split divides the batch's acknowledgements at message i: head
+// acknowledges Messages[:i], tail the rest. A handler that must stop
+// part-way (at a disk cap) acknowledges what it took and holds the rest.
+func (b *Batch) Split(i int) (head, tail Acks) {
+	k := b.Acks.first
+	for _, m := range b.Messages[:i] {
+		if m.QoS > 0 {
+			k++
+		}
+	}
+	head, tail = b.Acks, b.Acks
+	head.end, tail.first = k, k
+	return head, tail
+}
+
 // Acks are the acknowledgements of a run of QoS 1/2 messages of one
 // connection.
 type Acks struct {
