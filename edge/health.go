@@ -75,6 +75,9 @@ func (n *node) health(now time.Time) health.Report {
 	case durable > read && now.Sub(moved) > stallAfter:
 		add("ingest", health.Failing, "ingestion stalled: %d records durable in the ingest log have not been processed since %s",
 			durable-read, moved.UTC().Format(time.RFC3339))
+	case n.status.lagBlocked.Load():
+		add("ingest", health.Degraded, "the pipelines are %d records behind the ingest log (ingest_log.max_lag %d): messages are held at the broker",
+			n.ingestLag(), n.cfg.MaxLag)
 	default:
 		add("ingest", health.OK, "")
 	}

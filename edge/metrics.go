@@ -31,6 +31,8 @@ type status struct {
 	pumpAlive          atomic.Bool
 	capBlocked         atomic.Bool // the disk cap holds MQTT messages back
 	capWaits           atomic.Uint64
+	lagBlocked         atomic.Bool // the ingest lag bound holds MQTT messages back
+	lagWaits           atomic.Uint64
 	capDropped         atomic.Uint64 // messages dropped at the cap (drop_raw)
 	published          atomic.Uint64 // results published to mqtt outputs
 	publishErrs        atomic.Uint64
@@ -182,6 +184,18 @@ func (n *node) registry() *prometheus.Registry {
 			return 1
 		}
 		return 0
+	})
+	gauge("runnel_edge_ingest_lag_records", "Records in the ingest log not yet fed to the pipelines.", func() float64 {
+		return float64(n.ingestLag())
+	})
+	gauge("runnel_edge_ingest_lag_blocked", "1 while the ingest lag bound (ingest_log.max_lag) holds MQTT messages at the broker.", func() float64 {
+		if n.status.lagBlocked.Load() {
+			return 1
+		}
+		return 0
+	})
+	counter("runnel_edge_ingest_lag_waits_total", "Times the ingest lag bound held MQTT messages back.", func() float64 {
+		return float64(n.status.lagWaits.Load())
 	})
 	gauge("runnel_edge_mqtt_connected", "1 while the MQTT source is connected.", func() float64 {
 		if s := n.status.src.Load(); s != nil && s.Connected() {

@@ -49,11 +49,18 @@ type NodeConfig struct {
 	// DropAtCap makes the node, at the cap, acknowledge and drop incoming
 	// messages (counted) instead of leaving them at the broker.
 	DropAtCap bool
+	// MaxLag bounds the records appended to the ingest log and not yet fed
+	// to the pipelines; 0 = no bound. Past it the node holds MQTT messages
+	// at the broker as at the disk cap (never drops them).
+	MaxLag int64
 	// SideOutputs bounds what the node keeps of its side outputs.
 	SideOutputs SideOutputs
 	IngestLog   ingestlog.Options
 	Runtime     operators.Options
 	NoSync      bool // tests only: skip fsyncs of the state store
+	// pumpGate, in tests, is received from before the pump feeds each
+	// record: a pipeline that has stalled (export_test.go).
+	pumpGate <-chan struct{}
 	// Uplink, when set, drains the committed outbox to a hub (EdgeID is
 	// the node's). Nil: the outbox only grows (up to the disk cap).
 	Uplink *uplink.Config
@@ -287,6 +294,7 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		st.Close()
 		return nil, fmt.Errorf("edge: read checkpoint: %w", err)
 	}
+	n.pumpPos.Store(n.last.LogPos) // the ingest lag counts from here until the pump runs
 	logOpts := cfg.IngestLog
 	logOpts.OnDurable = n.acks.durable
 	logOpts.FS = wearFS{FS: cmp.Or(logOpts.FS, ingestlog.OSFS()), c: &n.logWear}
@@ -561,17 +569,18 @@ func (n *node) run(ctx context.Context) error {
 
 // handle is the MQTT handler: it appends each message of a batch to the
 // ingest log and acknowledges the batch once the last of them is durable.
-// At the disk cap, checked before each message, it acknowledges what it
-// appended so far and holds (or, with drop_raw, drops) the rest.
+// At the disk cap or the ingest lag bound, checked before each message, it
+// acknowledges what it appended so far and holds the rest (at the disk cap
+// with drop_raw, drops it).
 func (n *node) handle(b *mqtt.Batch) {
 	n.appendMu.Lock()
 	defer n.appendMu.Unlock()
 	now := time.Now().UnixMilli()
 	n.lastMessage.Store(now)
 	n.appendClock(now)
-	capped := n.cfg.DiskCap > 0
+	bounded := true
 	for {
-		i, last, appended, err := n.appendMessages(b.Messages, capped)
+		i, last, appended, err := n.appendMessages(b.Messages, bounded)
 		if err != nil {
 			// The log has failed: the node stops, and the broker
 			// redelivers the batch to the next run.
@@ -589,27 +598,27 @@ func (n *node) handle(b *mqtt.Batch) {
 		if i == len(b.Messages) {
 			return
 		}
-		if n.cfg.DropAtCap {
+		if n.cfg.DropAtCap && n.hold() == holdDisk {
 			n.dropAtCap(len(b.Messages) - i)
 			tail.Ack()
 			return
 		}
-		n.waitForDisk()
+		n.waitForRoom()
 		select {
 		case <-n.closing:
-			capped = false // the rest is taken after all (see waitForDisk)
+			bounded = false // the rest is taken after all (see waitForRoom)
 		default:
 		}
 		b.Messages, b.Acks = b.Messages[i:], tail
 	}
 }
 
-// appendMessages appends msgs to the ingest log until, with capped, the
-// disk cap is reached. It returns how many it took and the position of the
-// last one appended, if any was.
-func (n *node) appendMessages(msgs []mqtt.Message, capped bool) (taken int, last ingestlog.Position, appended bool, err error) {
+// appendMessages appends msgs to the ingest log until, when bounded, the
+// disk cap or the lag bound is reached. It returns how many it took and
+// the position of the last one appended, if any was.
+func (n *node) appendMessages(msgs []mqtt.Message, bounded bool) (taken int, last ingestlog.Position, appended bool, err error) {
 	for i := range msgs {
-		if capped && n.diskUsed() >= n.cfg.DiskCap {
+		if bounded && n.hold() != holdNone {
 			return i, last, appended, nil
 		}
 		m := &msgs[i]
@@ -656,13 +665,13 @@ func (n *node) intake(m broker.Message, ack broker.Ack) bool {
 	}
 	n.appendMu.Lock()
 	defer n.appendMu.Unlock()
-	if n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap {
-		if n.cfg.DropAtCap {
+	if h := n.hold(); h != holdNone {
+		if h == holdDisk && n.cfg.DropAtCap {
 			n.dropAtCap(1)
 			ack.Ack()
 			return true
 		}
-		n.waitForDisk()
+		n.waitForRoom()
 	}
 	now := time.Now().UnixMilli()
 	n.lastMessage.Store(now)
@@ -730,24 +739,72 @@ func (n *node) appendClock(now int64) {
 	}
 }
 
-// waitForDisk blocks the MQTT handler while the disk cap is reached: paho
-// delivers nothing more and the broker keeps the rest. When the node stops
-// meanwhile it returns, and the message it was holding is taken after all:
-// a message handed to the handler and returned from without an ack was seen
-// to be lost (not redelivered) on the next session, so the handler never
-// does that.
-func (n *node) waitForDisk() {
-	n.status.capWaits.Add(1)
-	n.status.capBlocked.Store(true)
-	defer n.status.capBlocked.Store(false)
-	n.lg.Warn("edge: disk cap reached; holding MQTT messages at the broker", "cap", n.cfg.DiskCap, "used", n.diskUsed())
-	for n.diskUsed() >= n.cfg.DiskCap {
-		select {
-		case <-n.closing:
+// holdReason says why the node takes no more messages for now.
+type holdReason int
+
+const (
+	holdNone holdReason = iota
+	holdDisk            // the disk cap is reached
+	holdLag             // the ingest lag bound is reached
+)
+
+// hold says whether the next message must wait, and why.
+func (n *node) hold() holdReason {
+	switch {
+	case n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap:
+		return holdDisk
+	case n.cfg.MaxLag > 0 && n.ingestLag() >= n.cfg.MaxLag:
+		return holdLag
+	}
+	return holdNone
+}
+
+// ingestLag is the records appended to the ingest log that the pump has
+// not fed to the pipelines yet (durable or about to be).
+func (n *node) ingestLag() int64 {
+	return max(int64(n.log.End())-int64(n.pumpPos.Load()), 0)
+}
+
+// waitForRoom blocks the MQTT handler while the disk cap or the lag bound
+// is reached: nothing more is read or acknowledged and the broker keeps
+// the rest. When the node stops meanwhile it returns, and the message it
+// was holding is taken after all: a message handed to the handler and
+// returned from without an ack was seen to be lost (not redelivered) on
+// the next session, so the handler never does that.
+func (n *node) waitForRoom() {
+	for h := n.hold(); h != holdNone; h = n.hold() {
+		if !n.waitWhile(h) {
 			return
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// waitWhile waits until h no longer holds (true) or the node stops.
+func (n *node) waitWhile(h holdReason) bool {
+	// The pump frees lag in milliseconds; checkpoints and the uplink free
+	// disk in seconds.
+	poll := 5 * time.Millisecond
+	if h == holdDisk {
+		poll = 50 * time.Millisecond
+		n.status.capWaits.Add(1)
+		n.status.capBlocked.Store(true)
+		defer n.status.capBlocked.Store(false)
+		n.lg.Warn("edge: disk cap reached; holding MQTT messages at the broker", "cap", n.cfg.DiskCap, "used", n.diskUsed())
+	} else {
+		n.status.lagWaits.Add(1)
+		n.status.lagBlocked.Store(true)
+		defer n.status.lagBlocked.Store(false)
+	}
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for n.hold() == h {
+		select {
+		case <-n.closing:
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 // dropAtCap counts messages dropped at the disk cap (policy drop_raw)
@@ -865,6 +922,9 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		rec, pos, err := rd.Next()
 		switch {
 		case err == nil:
+			if n.cfg.pumpGate != nil {
+				<-n.cfg.pumpGate
+			}
 			if err := n.feed(rec, pos); err != nil {
 				return err
 			}

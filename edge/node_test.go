@@ -152,6 +152,58 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 	}
 }
 
+// TestIngestLagHoldsMessagesAtBroker: while the pipelines are behind the
+// ingest log by ingest_log.max_lag records, the node takes no more
+// messages and the broker keeps them; once the pipelines catch up it takes
+// the rest, and every reading counts once.
+func TestIngestLagHoldsMessagesAtBroker(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, countSpec)
+	const addr, maxLag = "127.0.0.1:19473", 50
+	cfg := edge.NodeConfig{EdgeID: "lag", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond, MaxLag: maxLag,
+		HTTPAddr: addr, NoSync: true}
+	gate := make(chan struct{})
+	edge.SetPumpGate(&cfg, gate)
+	stop := runNode(t, cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	const n = 400
+	for i := range n {
+		msg := fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d}`, i, 1000+i)
+		if err := pub.PublishAsync(t.Context(), "s/a", msg, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, addr, "runnel_edge_ingest_lag_blocked") != "1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lag bound never held intake (lag %s)", metric(t, addr, "runnel_edge_ingest_lag_records"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // time for more to arrive, were it taken
+	if lag, _ := strconv.Atoi(metric(t, addr, "runnel_edge_ingest_lag_records")); lag > maxLag+1 {
+		t.Errorf("the pipelines are %d records behind, bound %d", lag, maxLag)
+	}
+	close(gate)
+	deadline = time.Now().Add(10 * time.Second)
+	for metric(t, addr, "runnel_edge_records_in_total") != strconv.Itoa(n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("records in %s, want %d", metric(t, addr, "runnel_edge_records_in_total"), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1) // closes the windows
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if total := latestCount(t, p, data, `{"dev":"a"}`); total != n {
+		t.Fatalf("counted %d readings, want %d", total, n)
+	}
+}
+
 // TestDiskCapDropRaw: with disk_cap.policy drop_raw the node keeps
 // acknowledging at the cap and drops what it cannot store, counting it:
 // every message is either counted in a committed result or in the dropped

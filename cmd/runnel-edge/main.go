@@ -321,6 +321,7 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 		}
 	}
 	nc.DropAtCap = c.DiskCap.Policy == config.PolicyDropRaw
+	nc.MaxLag = int64(c.IngestLog.MaxLag)
 	schemes := storeSchemes(ctx, c.ObjectStore, lg)
 	if c.Snapshot.Store != "" {
 		st, err := checkpoint.OpenStore(c.Snapshot.Store, schemes)

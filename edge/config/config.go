@@ -108,6 +108,7 @@ type IngestLog struct {
 	Sync        SyncMode // when to fsync
 	SyncDelay   time.Duration
 	Compression Compression
+	MaxLag      int // records appended but not processed; 0: no bound
 }
 
 // DiskCap bounds the disk the ingest log, the outbox and the side outputs

@@ -42,6 +42,7 @@ type Log struct {
 	abort atomic.Bool   // Close's ctx expired: drop what is still buffered
 
 	durable  atomic.Uint64 // one past the last durable record
+	end      atomic.Uint64 // one past the last record appended
 	size     atomic.Int64  // bytes in all segment files
 	buffered atomic.Int64  // bytes of records appended, not written yet (Size counts them)
 
@@ -161,6 +162,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Log, Recovery, error
 	}
 	l.pendFirst = rec.End
 	l.durable.Store(uint64(rec.End))
+	l.end.Store(uint64(rec.End))
 	go l.run()
 	return l, rec, nil
 }
@@ -172,6 +174,9 @@ func (l *Log) MaxRecordSize() int { return l.opts.MaxRecordSize }
 // Durable returns the durable end: every record with a position below it
 // has been written and fsynced (written, under SyncNever).
 func (l *Log) Durable() Position { return Position(l.durable.Load()) }
+
+// End returns one past the last record appended, durable or not.
+func (l *Log) End() Position { return Position(l.end.Load()) }
 
 // First returns the position of the oldest record still in the log (the
 // durable end when there is none). Records before it were deleted by
@@ -229,6 +234,7 @@ func (l *Log) Append(ctx context.Context, rec []byte) (Position, error) {
 	l.buffered.Add(int64(need))
 	pos := l.pendFirst + Position(l.pendCount)
 	l.pendCount++
+	l.end.Store(uint64(pos) + 1)
 	if l.opts.Sync != SyncGroup || len(l.pend)-frameHeaderSize >= l.opts.GroupBytes {
 		kick = true
 	}
