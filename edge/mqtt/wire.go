@@ -239,6 +239,13 @@ func (s *Source) read(c *bufConn, gen uint64) error {
 		if err != nil {
 			return err
 		}
+		if start == end && len(buf) > minReadBuffer && discard == 0 {
+			// A long packet grew the buffer; it is done with (the
+			// handler has returned), so a gateway does not keep up to
+			// MaxMessage per connection for one large message.
+			buf = make([]byte, minReadBuffer)
+			start, end = 0, 0
+		}
 		if !full && s.cfg.BatchWait > 0 && len(msgs) > 0 {
 			time.Sleep(s.cfg.BatchWait)
 		}
