@@ -385,7 +385,7 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 				return fmt.Errorf("applied pipeline set: %w", err)
 			}
 		}
-		if err := n.boundSide(tx, &side, began); err != nil {
+		if err := n.boundSide(tx, &side, began, outboxBytes); err != nil {
 			return err
 		}
 		if freed, err = n.deleteAcked(tx, outbox); err != nil {

@@ -164,6 +164,9 @@ func (n *node) registry() *prometheus.Registry {
 			Help: "Side output entries deleted, oldest first, to stay within side_outputs.max_bytes or max_age.", ConstLabels: sl},
 			func() float64 { return float64(n.side.dropped[i].Load()) }))
 	}
+	counter("runnel_edge_side_output_yielded_total", "Side output entries deleted, oldest first, to leave the disk cap's room to the aggregates (also counted in runnel_edge_side_output_dropped_total).", func() float64 {
+		return float64(n.side.yielded.Load())
+	})
 	gauge("runnel_edge_side_output_bytes", "Bytes the side outputs (dead letters, late records, quarantined entries) take in the state file; they count toward the disk cap.", func() float64 {
 		return float64(n.side.bytes.Load())
 	})

@@ -464,13 +464,20 @@ func (n *node) run(ctx context.Context) error {
 	}
 	defer stopSnapshots()
 	// abort undoes the start when a later step fails.
+	// It stops the parts in the order of a stop (below): the checkpoint
+	// writer returns only once the parts channel is closed, and that only
+	// after the pump and the runtimes, which send on it.
 	abort := func(err error) error {
 		stopSnapshots()
-		stopReaders()
 		close(drain)
 		<-pumpDone
-		stopWork()
+		for _, ps := range n.pipes {
+			ps.rt.Close(false)
+		}
+		stopReaders()
+		close(n.parts)
 		g.Wait()
+		stopWork()
 		n.closeAll(ctx)
 		if brk != nil {
 			brk.Close(context.Background())
@@ -819,14 +826,14 @@ func (n *node) dropAtCap(count int) {
 }
 
 // diskUsed is what counts toward the disk cap: the ingest log, the outbox
-// and the side outputs' whole bound, reserved. Side outputs grow from
-// records still in the log (a dead letter is in both until the segment
-// goes), so counting what they hold would let the total pass the cap by up
-// to their bound; with it reserved, log and outbox keep below the cap less
-// that bound, and the side outputs within it.
+// and the side outputs. The lanes yield in priority order as it nears the
+// cap: the raw archive first (segments a checkpoint covers are deleted
+// unarchived once the next segment would not fit, raw.go), then the side
+// outputs (each checkpoint bounds them to the room the log and the outbox
+// leave, oldest first, boundSide), and the aggregates never: at the cap the
+// handler holds messages at the broker.
 func (n *node) diskUsed() int64 {
-	sideMax, _ := n.sideLimits()
-	return n.log.Size() + n.status.outboxBytes.Load() + sideMax
+	return n.log.Size() + n.status.outboxBytes.Load() + n.side.bytes.Load()
 }
 
 // sideQueueLen bounds the side output lines waiting for mqtt outputs.
@@ -886,7 +893,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 	// card for nothing).
 	barrierPos := next
 	tickBarrier := func() error {
-		if next == barrierPos && n.deletableUpTo() == n.ackCommitted.Load() && n.published.Load() == n.pubCommitted.Load() {
+		// Held at the disk cap with side output entries that could
+		// yield their room: a checkpoint makes them.
+		yield := n.status.capBlocked.Load() && n.side.bytes.Load() > 0
+		if next == barrierPos && !yield && n.deletableUpTo() == n.ackCommitted.Load() && n.published.Load() == n.pubCommitted.Load() {
 			n.status.checkpointsSkipped.Add(1)
 			return nil
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runnel-io/runnel/edge"
+	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/internal/testbroker"
 	"github.com/runnel-io/runnel/operators"
@@ -110,10 +111,10 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
 	const addr = "127.0.0.1:19471"
-	const sideMax, logRoom = 1 << 10, 2 << 10 // the side outputs' bound is reserved within the cap
+	const diskCap = 3 << 10
 	cfg := edge.NodeConfig{EdgeID: "cap", DataDir: data, Pipelines: []*operators.Pipeline{p},
-		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond, DiskCap: sideMax + logRoom,
-		SideOutputs: edge.SideOutputs{MaxBytes: sideMax}, HTTPAddr: addr, NoSync: true}
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond, DiskCap: diskCap,
+		HTTPAddr: addr, NoSync: true}
 	stop := runNode(t, cfg)
 	pub := testbroker.NewPublisher(t, mosq.HostPort())
 	const n = 400
@@ -133,8 +134,8 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	used, _ := strconv.ParseFloat(metric(t, addr, "runnel_edge_ingest_log_bytes"), 64)
-	if used > logRoom+256 { // one message past the cap at most
-		t.Errorf("the ingest log holds %v bytes at the cap, room %d", used, logRoom)
+	if used > diskCap+256 { // one message past the cap at most
+		t.Errorf("the ingest log holds %v bytes at the cap %d", used, diskCap)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -201,6 +202,111 @@ func TestIngestLagHoldsMessagesAtBroker(t *testing.T) {
 	}
 	if total := latestCount(t, p, data, `{"dev":"a"}`); total != n {
 		t.Fatalf("counted %d readings, want %d", total, n)
+	}
+}
+
+// TestSideOutputsYieldAtDiskCap: dead letters fill the side outputs, then
+// aggregates (an outbox no uplink drains) fill the disk: at the cap the
+// side outputs give up their entries, oldest first and counted, and every
+// aggregate stays.
+func TestSideOutputsYieldAtDiskCap(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, countSpec)
+	const addr, diskCap, sideMax = "127.0.0.1:19474", 64 << 10, 24 << 10
+	cfg := edge.NodeConfig{EdgeID: "yield", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond, DiskCap: diskCap,
+		SideOutputs: edge.SideOutputs{MaxBytes: sideMax}, IngestLog: ingestlog.Options{SegmentSize: 4 << 10},
+		HTTPAddr: addr, NoSync: true}
+	stop := runNode(t, cfg)
+	running := true
+	t.Cleanup(func() { // after a failure, for the port
+		if running {
+			stop()
+		}
+	})
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	num := func(name string) float64 {
+		v, _ := strconv.ParseFloat(metric(t, addr, name), 64)
+		return v
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: side %v B, outbox %v B, log %v B, yielded %v, blocked %v", what,
+					num("runnel_edge_side_output_bytes"), num("runnel_edge_outbox_bytes"), num("runnel_edge_ingest_log_bytes"),
+					num("runnel_edge_side_output_yielded_total"), num("runnel_edge_disk_cap_blocked"))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	const garbage = 150
+	for i := range garbage {
+		pub.MustPublish("s/a", fmt.Appendf(nil, "not json %d %s", i, strings.Repeat("g", 64)), 1)
+	}
+	waitFor("dead letters in the side outputs", func() bool { return num("runnel_edge_side_output_bytes") > 8<<10 })
+	before := num("runnel_edge_side_output_bytes")
+
+	// Each reading its own window: an aggregate each, kept in the outbox.
+	const good = 1500
+	for i := range good {
+		msg := fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d}`, i, 1000*int64(i+1))
+		if err := pub.PublishAsync(t.Context(), "s/a", msg, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor("the side outputs yielding", func() bool { return num("runnel_edge_side_output_yielded_total") > 0 })
+	waitFor("the side outputs giving up their room", func() bool { return num("runnel_edge_side_output_bytes") < before })
+	running = false
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without the cap the broker's backlog comes in: every aggregate is
+	// there, once.
+	cfg.DiskCap = 0
+	stop, running = runNode(t, cfg), true
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999999}`), 1) // behind the backlog
+	last, since := -1.0, time.Now()
+	waitFor("the backlog", func() bool { // taken once records_in stays put
+		if v := num("runnel_edge_records_in_total"); v != last {
+			last, since = v, time.Now()
+		}
+		return last > 0 && num("runnel_edge_ingest_lag_records") == 0 && time.Since(since) > time.Second
+	})
+	running = false
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	{
+		windows := map[int64]int64{}
+		err := edge.ReadOutbox(context.Background(), data, func(e edge.OutboxEntry) error {
+			if k, _ := p.AppendKeyJSON(nil, e.Result.Key); string(k) == `{"dev":"a"}` {
+				st := p.Aggregates.New()
+				if err := p.Aggregates.Decode(st, e.Result.State); err != nil {
+					return err
+				}
+				windows[e.Result.Start] = max(windows[e.Result.Start], p.Aggregates.Result(st, 0).Int)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total int64
+		for _, n := range windows {
+			total += n
+		}
+		for start, n := range windows {
+			if n != 1 {
+				t.Errorf("window %d counted %d readings, want 1", start, n)
+			}
+		}
+		if len(windows) != good || total != good {
+			t.Fatalf("%d windows with %d readings in the outbox, want %d", len(windows), total, good)
+		}
 	}
 }
 

@@ -94,14 +94,16 @@ func sideTime(k []byte) int64 {
 // sideStats is what the node knows of its side outputs; the writer
 // goroutine changes it, metrics and health read it.
 type sideStats struct {
-	bytes     atomic.Int64 // keys and values in every side bucket
-	sideBytes [3]atomic.Int64
-	entries   [3]atomic.Int64
-	dropped   [3]atomic.Uint64 // by sides index: deleted to make room or for age
-	added     [3]atomic.Uint64
-	lastAt    [3]atomic.Int64 // Unix ms of the last entry added
-	full      atomic.Int64    // Unix ms of the last drop for room (0: never)
-	warned    [3]atomic.Int64 // Unix ms of the last warning about drops
+	bytes       atomic.Int64 // keys and values in every side bucket
+	sideBytes   [3]atomic.Int64
+	entries     [3]atomic.Int64
+	dropped     [3]atomic.Uint64 // by sides index: deleted to make room or for age
+	added       [3]atomic.Uint64
+	lastAt      [3]atomic.Int64 // Unix ms of the last entry added
+	full        atomic.Int64    // Unix ms of the last drop for room (0: never)
+	yielded     atomic.Uint64   // entries deleted for the disk cap (of dropped)
+	yieldWarned atomic.Int64    // Unix ms of the last warning about yielding
+	warned      [3]atomic.Int64 // Unix ms of the last warning about drops
 }
 
 // loadSide counts what the side buckets hold, at open.
@@ -137,6 +139,7 @@ type sideDelta struct {
 	dropped   [3]uint64
 	lastAt    [3]int64
 	full      bool
+	yielded   uint64
 }
 
 func (d *sideDelta) put(b *state.Bucket, i int, k, v []byte) error {
@@ -156,11 +159,21 @@ func (d *sideDelta) put(b *state.Bucket, i int, k, v []byte) error {
 // byte bound, the oldest entry of the side that holds the most bytes: a
 // flood of one kind (garbage payloads as dead letters) pushes out its own
 // oldest entries, not the few quarantined results.
-func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time) error {
+//
+// Under a disk cap the side outputs also yield to the aggregates: their
+// bound is at most the room the cap leaves beside the ingest log and the
+// outbox (with outboxAdded, what tx adds to it), and entries deleted for
+// that are counted as yielded.
+func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time, outboxAdded int64) error {
 	maxBytes, maxAge := n.sideLimits()
 	oldest := int64(-1) // the age bound: entries committed before it go
 	if maxAge > 0 {
 		oldest = now.Add(-maxAge).UnixMilli()
+	}
+	ownBound := maxBytes
+	if n.cfg.DiskCap > 0 {
+		room := n.cfg.DiskCap - n.log.Size() - n.status.outboxBytes.Load() - outboxAdded
+		maxBytes = max(min(maxBytes, room), 0)
 	}
 	excess := n.side.bytes.Load() + d.bytes - maxBytes
 	type victim struct {
@@ -210,7 +223,11 @@ func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time) error {
 		d.entries[i]--
 		d.dropped[i]++
 		if v.at >= oldest {
-			d.full = true
+			if n.side.bytes.Load()+d.bytes+v.size <= ownBound {
+				d.yielded++ // within its own bound: deleted for the cap
+			} else {
+				d.full = true
+			}
 			excess -= v.size
 		}
 		return nil
@@ -259,6 +276,13 @@ func (n *node) commitSide(d *sideDelta, now time.Time) {
 	}
 	if d.full {
 		n.side.full.Store(now.UnixMilli())
+	}
+	if d.yielded > 0 && now.UnixMilli()-n.side.yieldWarned.Swap(now.UnixMilli()) >= time.Minute.Milliseconds() {
+		n.side.yielded.Add(d.yielded)
+		n.lg.Warn("edge: disk cap reached; side output entries deleted, oldest first, to leave the room to the aggregates",
+			"deleted", d.yielded, "yielded_total", n.side.yielded.Load(), "logged", "once a minute")
+	} else {
+		n.side.yielded.Add(d.yielded)
 	}
 }
 
@@ -318,7 +342,7 @@ func (n *node) quarantine(rs []uplink.Refused) error {
 				return err
 			}
 		}
-		return n.boundSide(tx, &d, now)
+		return n.boundSide(tx, &d, now, outboxDelta)
 	})
 	if err != nil {
 		return err

@@ -124,14 +124,14 @@ var table = settings.New(settings.Table[Config]{
 			Value: settings.Enum(func(c *Config) *Compression { return &c.IngestLog.Compression }, CompressionNone, CompressionZstd)},
 
 		{Path: "disk_cap.bytes", Flag: "disk-cap-bytes", Env: "RUNNEL_DISK_CAP_BYTES", Default: "1GiB",
-			Doc:   "Most disk the ingest log, the outbox and the side outputs may use together; 0: no cap. side_outputs.max_bytes of it is reserved for the side outputs. At the cap the edge holds messages at the broker (or drops them: disk_cap.policy). At least two ingest log segments, and twice side_outputs.max_bytes.",
+			Doc:   "Most disk the ingest log, the outbox and the side outputs may use together; 0: no cap. Near it the lanes yield in priority order: the raw archive first (segments deleted unarchived), then the side outputs (oldest first, runnel_edge_side_output_yielded_total), never the aggregates: at the cap the edge holds messages at the broker (or drops them: disk_cap.policy). At least two ingest log segments, and twice side_outputs.max_bytes.",
 			Value: settings.Size(func(c *Config) *int64 { return &c.DiskCap.Bytes }, nil)},
 		{Path: "disk_cap.policy", Flag: "disk-cap-policy", Env: "RUNNEL_DISK_CAP_POLICY", Default: "block",
 			Doc:   "At the cap: block (stop acknowledging MQTT; the broker holds the data, up to its own limits) or drop_raw (acknowledge and drop incoming readings while at the cap, counted in runnel_edge_disk_cap_dropped_total; the outbox's aggregates are never dropped).",
 			Value: settings.Enum(func(c *Config) *DiskPolicy { return &c.DiskCap.Policy }, PolicyBlock, PolicyDropRaw)},
 
 		{Path: "side_outputs.max_bytes", Flag: "side-outputs-max-bytes", Env: "RUNNEL_SIDE_OUTPUTS_MAX_BYTES", Default: "64MiB",
-			Doc:   "Most bytes the dead letters, late records and quarantined outbox entries may take together in the state file. The whole bound is reserved within disk_cap.bytes (the ingest log and the outbox get the rest). Past it the oldest entries of the side output holding the most go first, so a flood of garbage dead letters does not push out quarantined results; counted in runnel_edge_side_output_dropped_total. Greater than 0, and at most half of disk_cap.bytes when that is set.",
+			Doc:   "Most bytes the dead letters, late records and quarantined outbox entries may take together in the state file. They count toward disk_cap.bytes and yield their room to the aggregates there. Past it the oldest entries of the side output holding the most go first, so a flood of garbage dead letters does not push out quarantined results; counted in runnel_edge_side_output_dropped_total. Greater than 0, and at most half of disk_cap.bytes when that is set.",
 			Value: settings.Size(func(c *Config) *int64 { return &c.SideOutputs.MaxBytes }, positiveSize)},
 		{Path: "side_outputs.max_age", Flag: "side-outputs-max-age", Env: "RUNNEL_SIDE_OUTPUTS_MAX_AGE", Default: "7d",
 			Doc:   "How long side output entries are kept; older ones are dropped, counted. 0: kept until max_bytes pushes them out.",
