@@ -178,3 +178,54 @@ func TestOverlongMessage(t *testing.T) {
 		assertDrained(t, b, proto, "long-"+string(proto))
 	})
 }
+
+// The reader decodes a buffer of PUBLISHes in place: topics and payloads
+// alias the buffer, so a batch allocates nothing once its slice has grown.
+func TestDecodeInPlaceAllocatesNothing(t *testing.T) {
+	var buf []byte
+	for i := range 100 {
+		buf = append(buf, encodePublish(t, "plant/north/temp", []byte(`{"device":"d-042","seq":`+strings.Repeat("7", i%5+1)+`}`), 1, uint16(i+1), false)...)
+	}
+	msgs := make([]Message, 0, 128)
+	decode := func() {
+		msgs = msgs[:0]
+		for b := buf; len(b) > 0; {
+			_, flags, hdr, rem, ok, err := frame(b)
+			if err != nil || !ok {
+				t.Fatalf("frame: %v %v", ok, err)
+			}
+			m, err := parsePublish(flags, b[hdr:hdr+rem], rem, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, m)
+			b = b[hdr+rem:]
+		}
+	}
+	if a := testing.AllocsPerRun(200, decode); a != 0 {
+		t.Fatalf("%v allocations per batch of 100 messages, want 0", a)
+	}
+	if len(msgs) != 100 || msgs[99].PacketID != 100 || msgs[0].Topic != "plant/north/temp" {
+		t.Fatalf("decoded %d messages, last %+v", len(msgs), msgs[len(msgs)-1])
+	}
+}
+
+// BenchmarkDecode: frame and parse, per message.
+func BenchmarkDecode(b *testing.B) {
+	var buf []byte
+	for i := range 100 {
+		buf = append(buf, encodePublish(b, "plant/north/temp", []byte(`{"device":"d-042","t":1735689600123,"temp":21.53}`), 1, uint16(i+1), false)...)
+	}
+	msgs := make([]Message, 0, 128)
+	b.ReportAllocs()
+	for b.Loop() {
+		msgs = msgs[:0]
+		for p := buf; len(p) > 0; {
+			_, flags, hdr, rem, _, _ := frame(p)
+			m, _ := parsePublish(flags, p[hdr:hdr+rem], rem, true)
+			msgs = append(msgs, m)
+			p = p[hdr+rem:]
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/msg")
+}
