@@ -54,13 +54,16 @@ COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILT     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 BUILDINFO := github.com/runnel-io/runnel/internal/buildinfo
 LDFLAGS   := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).built=$(BUILT)
+# grpcnotrace: grpc-go without golang.org/x/net/trace (and html/template),
+# which nothing here turns on: ~0.6 MB less in each binary.
+TAGS      := grpcnotrace
 release:
 	@rm -rf $(DIST)
 	@set -e; for p in $(PLATFORMS); do \
 	  os=$${p%%/*}; rest=$${p#*/}; arch=$${rest%%/*}; arm=""; dir=$$os-$$arch; \
 	  case $$rest in */*) arm=$${rest#*/}; dir=$$os-$${arch}v$$arm;; esac; \
 	  echo "release: $$dir ($(VERSION))"; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$$arm $(GO) build -trimpath -ldflags '$(LDFLAGS)' \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch GOARM=$$arm $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' \
 	    -o $(DIST)/$$dir/ $(addprefix ./cmd/,$(RELEASE_CMDS)); \
 	done
 	cd $(DIST) && sha256sum */* > SHA256SUMS
