@@ -97,10 +97,17 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 			idx := cur[i-g]
 			if idx < 0 || !o.names.equal(idx, key) {
 				if idx = o.index.find(hashes[i], key, &o.names); idx < 0 {
-					if !o.addNewKey(key, hashes[i], &in) {
-						late(i, o.wm)
+					// Once a key has been evicted, a key not in memory
+					// may be in the store.
+					if o.stats.Evicted > 0 {
+						idx = o.reload(key, hashes[i], in.Time)
 					}
-					continue
+					if idx < 0 {
+						if !o.addNewKey(key, hashes[i], &in) {
+							late(i, o.wm)
+						}
+						continue
+					}
 				}
 			}
 			// Most records on aligned windows fall on time in the slice of
@@ -124,6 +131,9 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 				late(i, o.wm)
 			}
 		}
+	}
+	if o.maxResident > 0 && o.live > o.maxResident {
+		o.shed()
 	}
 }
 
