@@ -339,3 +339,113 @@ func (ps *pipeState) restore(st *state.Store, fn func(hash uint64, key, value []
 		return nil
 	})
 }
+
+// keyReader reads one record key's entries from a pipeline's stored
+// state: the window operators' KeyStore (window.KeyStore), which reads
+// evicted keys back. It sees the last committed checkpoint, in a read
+// transaction of its own, beside the writer's.
+//
+// A key's entries are in its group's base (sorted by entry key, so the
+// slices of one key are apart) and op records: a lookup reads the group
+// whole, base and records, and keeps only the key's entries. That is
+// 1/KeyGroups of the state per lookup (docs/design.md, "Known limits").
+type keyReader struct {
+	st     *state.Store
+	path   string
+	name   string
+	groups int
+}
+
+func newKeyReader(st *state.Store, pipeline string) *keyReader {
+	return &keyReader{st: st, path: st.Path(), name: pipeline, groups: st.KeyGroups()}
+}
+
+// Load implements window.KeyStore.
+func (r *keyReader) Load(hash uint64, key []byte, fn func(entryKey, value []byte) error) error {
+	g := int(hash % uint64(r.groups))
+	return r.st.View(func(tx *state.Tx) error {
+		ob, err := tx.Bucket(oplogBucket(r.name))
+		if err != nil {
+			return err
+		}
+		bb, err := tx.Bucket(baseBucket(r.name))
+		if err != nil {
+			return err
+		}
+		// The key's entries, pointing into the transaction's mapping.
+		var ents []keyEntry
+		prefix := baseKey(nil, g, 0)[:2]
+		bname, oname := baseBucket(r.name), oplogBucket(r.name)
+		err = bb.ForEach(prefix, func(k, v []byte) error {
+			if !bytes.HasPrefix(k, prefix) {
+				return errStop
+			}
+			_, _, body, why := readHeader(v, baseFormat, true)
+			if why != "" {
+				return errBadState(r.path, bname, k, "%s", why)
+			}
+			_, why, _ = eachBase([][]byte{body}, func(ek, ev []byte) error {
+				if ofKey(ek, key) {
+					ents = append(ents, keyEntry{ek, ev})
+				}
+				return nil
+			})
+			if why != "" {
+				return errBadState(r.path, bname, k, "%s", why)
+			}
+			return nil
+		})
+		if err != nil && err != errStop {
+			return err
+		}
+		err = ob.ForEach(prefix, func(k, v []byte) error {
+			if !bytes.HasPrefix(k, prefix) {
+				return errStop
+			}
+			_, _, body, why := readHeader(v, opRecordFormat, false)
+			if why == "" {
+				why = eachOp(body, func(op byte, ek, ev []byte) {
+					switch op {
+					case opPut, opDelete:
+						if !ofKey(ek, key) {
+							return
+						}
+						ents = slices.DeleteFunc(ents, func(e keyEntry) bool { return bytes.Equal(e.k, ek) })
+						if op == opPut {
+							ents = append(ents, keyEntry{ek, ev})
+						}
+					case opDeletePrefix:
+						ents = slices.DeleteFunc(ents, func(e keyEntry) bool { return bytes.HasPrefix(e.k, ek) })
+					}
+				})
+			}
+			if why != "" {
+				return errBadState(r.path, oname, k, "%s", why)
+			}
+			return nil
+		})
+		if err != nil && err != errStop {
+			return err
+		}
+		for _, e := range ents {
+			if err := fn(e.k, e.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+type keyEntry struct{ k, v []byte }
+
+// ofKey reports whether entry key ek belongs to record key key (a slice's
+// partial, versions or sessions: window.RecordKey).
+func ofKey(ek, key []byte) bool {
+	switch {
+	case len(ek) == 9+len(key) && ek[0] == 's':
+		return string(ek[9:]) == string(key)
+	case len(ek) == 1+len(key) && (ek[0] == 'v' || ek[0] == 'x'):
+		return string(ek[1:]) == string(key)
+	}
+	return false
+}

@@ -26,6 +26,18 @@ type Options struct {
 	// Restore, when set, loads a checkpoint (the entries a BarrierSink got
 	// from a Barrier) before the first record: load calls fn for every entry.
 	Restore func(fn func(hash uint64, key, value []byte) error) error
+
+	// MaxResident, when positive and KeyStore is set, bounds the keys the
+	// window operators keep in memory, shared out among the workers:
+	// clean keys whose windows have all fired are evicted and read back
+	// from KeyStore on their next record (window.Config.MaxResident). The
+	// BarrierSink must then report each checkpoint it has stored with
+	// Runtime.Committed. Session windows ignore it.
+	MaxResident int
+	// KeyStore reads evicted keys' entries: those of the last checkpoint
+	// reported to Committed, or of a later one. The workers call it
+	// concurrently.
+	KeyStore window.KeyStore
 }
 
 func (o *Options) ensureDefaults() {
@@ -56,6 +68,10 @@ type Stats struct {
 	Late     uint64 // records too late for every window
 	Results  uint64 // window results emitted, all versions
 	Updates  uint64 // results with version > 1
+	Evicted  uint64 // keys evicted from memory (Options.MaxResident)
+	Reloaded uint64 // evicted keys read back for a record
+	Lookups  uint64 // KeyStore reads of keys not in memory, found or not
+	Resident uint64 // keys in memory now
 }
 
 // Runtime runs one Pipeline: the caller's goroutine ingests payloads
@@ -95,6 +111,20 @@ type Runtime struct {
 	epoch   uint64   // last barrier injected
 	live    liveStats
 	dedup   *dedup // nil without event_id
+
+	committed atomic.Uint64 // last checkpoint the sink reported stored
+}
+
+// Committed tells the Runtime that the checkpoint of barrier id, with
+// every earlier one, is stored where Options.KeyStore reads: the keys its
+// snapshot wrote may be evicted. Safe to call from any goroutine.
+func (r *Runtime) Committed(id uint64) {
+	for {
+		c := r.committed.Load()
+		if id <= c || r.committed.CompareAndSwap(c, id) {
+			return
+		}
+	}
 }
 
 // Start starts the workers and the output goroutine, after restoring
@@ -347,7 +377,10 @@ type liveStats struct {
 	workers                   []workerStats
 }
 
-type workerStats struct{ late, results, updates atomic.Uint64 }
+type workerStats struct {
+	late, results, updates               atomic.Uint64
+	evicted, reloaded, lookups, resident atomic.Uint64
+}
 
 // Stats returns the counters so far; safe to call from any goroutine.
 func (r *Runtime) Stats() Stats {
@@ -357,6 +390,10 @@ func (r *Runtime) Stats() Stats {
 		s.Late += w.late.Load()
 		s.Results += w.results.Load()
 		s.Updates += w.updates.Load()
+		s.Evicted += w.evicted.Load()
+		s.Reloaded += w.reloaded.Load()
+		s.Lookups += w.lookups.Load()
+		s.Resident += w.resident.Load()
 	}
 	return s
 }
@@ -486,12 +523,17 @@ func newWorker(r *Runtime, idx int) *worker {
 		// NumInputs and HashInputs, the strides AddRecords takes.
 		w.free <- newBatch(r.opts.BatchSize, len(r.p.numInputs), len(r.p.hashInput))
 	}
-	op, err := window.NewOperator(window.Config{
+	cfg := window.Config{
 		Assigner:   r.p.Assigner,
 		Lateness:   r.p.Lateness,
 		Aggregates: r.p.Aggregates,
 		Emit:       w.emit,
-	})
+	}
+	if r.opts.MaxResident > 0 && r.opts.KeyStore != nil {
+		cfg.MaxResident = max(1, (r.opts.MaxResident+r.opts.Workers-1)/r.opts.Workers)
+		cfg.Store = r.opts.KeyStore
+	}
+	op, err := window.NewOperator(cfg)
 	if err != nil {
 		panic(err) // Compile validated the assigner
 	}
@@ -512,8 +554,12 @@ func (w *worker) run(ctx context.Context) error {
 		w.cur = b
 		w.recs = window.Records{Keys: b.keys, KeyEnds: b.keyEnd, Hashes: b.hashes, Times: b.times, Marks: b.wms,
 			Nums: b.nums, InputHashes: b.hsh}
+		w.op.Committed(w.r.committed.Load())
 		w.op.AddRecords(&w.recs, w.lateR)
 		w.cur = nil
+		if err := w.op.Err(); err != nil && w.err == nil {
+			w.err = fmt.Errorf("operators: worker %d: %w", w.idx, err)
+		}
 		w.op.Advance(b.wm)
 		if w.err == nil && w.ob != nil {
 			w.sendOut()
@@ -522,6 +568,10 @@ func (w *worker) run(ctx context.Context) error {
 		live.late.Store(st.Late)
 		live.results.Store(st.Emitted)
 		live.updates.Store(st.Updates)
+		live.evicted.Store(st.Evicted)
+		live.reloaded.Store(st.Reloaded)
+		live.lookups.Store(st.Lookups)
+		live.resident.Store(uint64(w.op.Resident()))
 		if b.barrier != 0 && w.err == nil {
 			w.barrier(b.barrier, w.idx == 0)
 		}
