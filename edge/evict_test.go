@@ -84,11 +84,16 @@ func runEvictNode(t *testing.T, dir string, p *operators.Pipeline, maxResident i
 			t.Fatal(err)
 		}
 		fed := 0
-		if crashAt > 0 {
-			n.onFeed = func([]byte) {
-				if fed++; fed == crashAt {
-					cancel()
-				}
+		n.onFeed = func([]byte) {
+			if fed++; fed == crashAt {
+				cancel()
+			}
+			// Checkpoints come on the interval's ticks: pausing the pump
+			// every 1,000 messages for longer than an interval makes
+			// sure that many commit during the run (evictions wait for
+			// them). What is compared does not depend on it.
+			if fed%1000 == 0 {
+				time.Sleep(3 * time.Millisecond)
 			}
 		}
 		done := make(chan error, 1)

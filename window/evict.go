@@ -160,6 +160,8 @@ func (o *Operator) evict(idx int32) {
 	for _, sb := range o.blocks {
 		o.dropPartial(sb, idx)
 	}
+	o.filter.rotate(o.wm)
+	o.filter.cur.add(o.keys[idx].hash)
 	o.release(idx)
 	o.stats.Evicted++
 }
@@ -272,4 +274,91 @@ func (o *Operator) reload(key []byte, hash uint64, t int64) int32 {
 	o.wrote[idx] = 0
 	o.stats.Reloaded++
 	return idx
+}
+
+// evictedFilter tells which keys not in memory may have state in the
+// store: a Bloom filter of the hashes of the keys evicted, in two
+// generations. A key evicted at watermark w has stored state at most until
+// the watermark passes w + lateness (its slices have all fired, and each
+// is dropped past its lateness); a generation lasts at least that long
+// (genLen) and a key stays in the filter for its own generation and the
+// next, so a key that may be in the store always tests positive. Keys
+// never evicted test negative but for false positives (about 1% at the
+// designed load), which cost a lookup that finds nothing: new keys,
+// the common case, read nothing from the store.
+type evictedFilter struct {
+	cur, prev filterBits
+	end       int64 // watermark at which cur's generation ends
+	genLen    int64
+}
+
+type filterBits struct {
+	bits []uint64 // a power of two of words
+	n    int      // keys added
+}
+
+// filterProbes is the number of bits a key sets: with 10 bits per key,
+// about a 1% false positive rate.
+const filterProbes = 7
+
+func (f *filterBits) has(h uint64) bool {
+	if f.n == 0 {
+		return false
+	}
+	mask := uint64(len(f.bits)*64 - 1)
+	a, b := h, h>>32|h<<32|1
+	for range filterProbes {
+		if i := a & mask; f.bits[i>>6]&(1<<(i&63)) == 0 {
+			return false
+		}
+		a += b
+	}
+	return true
+}
+
+func (f *filterBits) add(h uint64) {
+	mask := uint64(len(f.bits)*64 - 1)
+	a, b := h, h>>32|h<<32|1
+	for range filterProbes {
+		i := a & mask
+		f.bits[i>>6] |= 1 << (i & 63)
+		a += b
+	}
+	f.n++
+}
+
+// filterWords returns the size of a generation's bits for keys keys: 10
+// bits a key, a power of two of words, at least 1024 words (8 KiB).
+func filterWords(keys int) int {
+	w := 1024
+	for w*64 < 10*keys {
+		w *= 2
+	}
+	return w
+}
+
+// rotate starts a new generation at watermark wm if the current one is
+// over. The new one is sized for what the last one took; one that fills
+// beyond its design still answers correctly, with more false positives.
+func (f *evictedFilter) rotate(wm int64) {
+	if wm < f.end {
+		return
+	}
+	n := max(f.cur.n, f.prev.n)
+	old := f.prev.bits
+	f.prev = f.cur
+	if w := filterWords(n); len(old) == w {
+		clear(old)
+		f.cur = filterBits{bits: old}
+	} else {
+		f.cur = filterBits{bits: make([]uint64, w)}
+	}
+	f.end = addSat(wm, f.genLen)
+}
+
+// mayBeStored reports whether key hash h, not in memory, may have state in
+// the store.
+func (o *Operator) mayBeStored(h uint64) bool {
+	o.filter.rotate(o.wm)
+	return o.filter.cur.has(h) || o.filter.prev.has(h)
 }

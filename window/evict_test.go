@@ -314,7 +314,7 @@ func evictRun(t testing.TB, events []oracle.Event, c evictCase, seed uint64, evi
 	rng := rand.New(rand.NewPCG(seed, 11))
 	store := newMemStore()
 	var pending []output // emitted, not committed
-	var committed []output
+	ds = make([]digest, c.keys)
 	epoch := uint64(0) // last barrier passed
 	var op *window.Operator
 	cur := -1 // key of the record being added
@@ -359,7 +359,11 @@ func evictRun(t testing.TB, events []oracle.Event, c evictCase, seed uint64, evi
 		n := 0
 		for _, o := range pending {
 			if o.epoch < ck.id {
-				committed = append(committed, o)
+				if o.late >= 0 {
+					late = append(late, o.late)
+				} else {
+					ds[o.key].add(o.start, o.end, o.ver, o.n, o.s, o.q, o.lo, o.hi)
+				}
 			} else {
 				pending[n] = o
 				n++
@@ -453,14 +457,6 @@ func evictRun(t testing.TB, events []oracle.Event, c evictCase, seed uint64, evi
 	}
 	commit(ckpt{id: id + 1, pos: len(events), ops: s})
 	addStats()
-	ds = make([]digest, c.keys)
-	for _, o := range committed {
-		if o.late >= 0 {
-			late = append(late, o.late)
-			continue
-		}
-		ds[o.key].add(o.start, o.end, o.ver, o.n, o.s, o.q, o.lo, o.hi)
-	}
 	slices.Sort(late)
 	return ds, late, stats
 }

@@ -109,6 +109,7 @@ type Operator struct {
 	shedCommitted uint64   // committed, firedThrough and live after the last eviction pass
 	shedFired     int64
 	shedLive      int
+	filter        evictedFilter // keys evicted, which may be in the store
 	err           error
 }
 
@@ -197,6 +198,8 @@ func NewOperator(cfg Config) (*Operator, error) {
 	if cfg.MaxResident > 0 && cfg.Store != nil && o.kind != Session {
 		o.maxResident, o.store = cfg.MaxResident, cfg.Store
 		o.wrote = []uint64{}
+		o.filter.genLen = max(o.lateness, o.sl.size, 1)
+		o.filter.end = MinTime
 	}
 	return o, nil
 }

@@ -97,9 +97,8 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 			idx := cur[i-g]
 			if idx < 0 || !o.names.equal(idx, key) {
 				if idx = o.index.find(hashes[i], key, &o.names); idx < 0 {
-					// Once a key has been evicted, a key not in memory
-					// may be in the store.
-					if o.stats.Evicted > 0 {
+					// A key not in memory may have been evicted.
+					if o.stats.Evicted > 0 && o.mayBeStored(hashes[i]) {
 						idx = o.reload(key, hashes[i], in.Time)
 					}
 					if idx < 0 {
