@@ -201,6 +201,47 @@ func (b *Bucket) step(c *bolt.Cursor, start []byte, first bool) (k, v []byte, er
 	return k, v, err
 }
 
+// ForEachChecked calls fn for every key from start on, in key order, with
+// its record's stored CRC and a check function, without checking the
+// record itself: check returns the value, or an ErrCorrupt error if the
+// record's checksum fails. It is for a caller that keeps what it derived
+// from values it has checked, by key and CRC: a record with the same key
+// and CRC as one checked before holds the same value (the CRC covers key
+// and value), so the caller need not read it again. The value fn gets
+// from raw is the record's payload, unchecked, valid like ForEach's.
+func (b *Bucket) ForEachChecked(start []byte, fn func(key []byte, crc uint32, raw []byte, check func() ([]byte, error)) error) error {
+	if b.b == nil {
+		return nil
+	}
+	c := b.b.Cursor()
+	for k, rec := b.seek(c, start); k != nil; k, rec = b.next(c) {
+		if rec == nil {
+			return corruptf("state: system bucket %q: nested bucket %x where only records belong", b.name, k)
+		}
+		if len(rec) < recordHeaderSize || rec[0] != recordVersion {
+			_, err := b.decode(k, rec)
+			return err
+		}
+		if err := fn(k, storedCRC(rec), rec[recordHeaderSize:], func() ([]byte, error) { return b.decode(k, rec) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Bucket) seek(c *bolt.Cursor, start []byte) (k, rec []byte) {
+	defer rethrowBolt()
+	if start == nil {
+		return c.First()
+	}
+	return c.Seek(start)
+}
+
+func (b *Bucket) next(c *bolt.Cursor) (k, rec []byte) {
+	defer rethrowBolt()
+	return c.Next()
+}
+
 // DeleteBucket deletes the system bucket called name with everything in
 // it (a writable transaction only); a bucket that does not exist is no
 // error. A Bucket obtained from tx before is not valid afterwards.
