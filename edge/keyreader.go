@@ -205,4 +205,3 @@ func ofKey(ek, key []byte) bool {
 	}
 	return false
 }
-
