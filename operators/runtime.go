@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,6 +114,53 @@ type Runtime struct {
 	dedup   *dedup // nil without event_id
 
 	committed atomic.Uint64 // last checkpoint the sink reported stored
+	commitMu  sync.Mutex
+	commitCh  chan struct{} // closed by the next Committed
+}
+
+// Budget says what a source should do about the keys the window operators
+// hold, against Options.MaxResident: keys wait in memory for the
+// checkpoint that stores them, so a source that brings new keys faster
+// than checkpoints come should inject a barrier now (Checkpoint: more than
+// half again the bound, every barrier so far committed), or, with twice
+// the bound and a barrier not committed yet, wait for the commit before it
+// ingests more (Wait, and wake on Committed's signal). Call it from the
+// ingesting goroutine.
+func (r *Runtime) Budget() Budget {
+	if r.opts.MaxResident <= 0 || r.opts.KeyStore == nil {
+		return BudgetOK
+	}
+	var n uint64
+	for i := range r.live.workers {
+		n += r.live.workers[i].resident.Load()
+	}
+	switch max := uint64(r.opts.MaxResident); {
+	case r.committed.Load() >= r.epoch && n > max*3/2:
+		return BudgetCheckpoint
+	case r.committed.Load() < r.epoch && n > 2*max:
+		return BudgetWait
+	}
+	return BudgetOK
+}
+
+// Budget is Runtime.Budget's advice.
+type Budget int
+
+// Runtime.Budget's answers.
+const (
+	BudgetOK         Budget = iota
+	BudgetCheckpoint        // inject a barrier
+	BudgetWait              // wait for CommitSignal before ingesting more
+)
+
+// CommitSignal returns a channel closed at the next Committed.
+func (r *Runtime) CommitSignal() <-chan struct{} {
+	r.commitMu.Lock()
+	defer r.commitMu.Unlock()
+	if r.commitCh == nil {
+		r.commitCh = make(chan struct{})
+	}
+	return r.commitCh
 }
 
 // Committed tells the Runtime that the checkpoint of barrier id, with
@@ -122,9 +170,15 @@ func (r *Runtime) Committed(id uint64) {
 	for {
 		c := r.committed.Load()
 		if id <= c || r.committed.CompareAndSwap(c, id) {
-			return
+			break
 		}
 	}
+	r.commitMu.Lock()
+	if r.commitCh != nil {
+		close(r.commitCh)
+		r.commitCh = nil
+	}
+	r.commitMu.Unlock()
 }
 
 // Start starts the workers and the output goroutine, after restoring

@@ -160,8 +160,7 @@ func (o *Operator) evict(idx int32) {
 	for _, sb := range o.blocks {
 		o.dropPartial(sb, idx)
 	}
-	o.filter.rotate(o.wm)
-	o.filter.cur.add(o.keys[idx].hash)
+	o.filter.add(o.wm, o.keys[idx].hash)
 	o.release(idx)
 	o.stats.Evicted++
 }
@@ -200,6 +199,19 @@ func (o *Operator) dropPartial(sb *slab, idx int32) {
 	ch.bits[w] &^= b
 	ch.dirty[w] &^= b
 	ch.n--
+	// Evicted keys leave fired slabs mostly empty: their memory goes with
+	// them (a chunk holds 2 KiB of slots besides its partials).
+	switch c := int(idx >> chunkBits); {
+	case ch.n == 0:
+		sb.chunks[c] = nil
+	case ch.n <= ch.states.Len()/4 && ch.states.Len() > minChunkStates:
+		ss := o.aggs.NewStates(max(minChunkStates, 2*ch.n))
+		for j := range ch.n {
+			dst, src := ss.At(j), ch.states.At(j)
+			o.aggs.CopyTo(&dst, &src)
+		}
+		ch.states = ss
+	}
 }
 
 // reload reads key's stored entries back and returns its new index, or -1
@@ -277,17 +289,19 @@ func (o *Operator) reload(key []byte, hash uint64, t int64) int32 {
 }
 
 // evictedFilter tells which keys not in memory may have state in the
-// store: a Bloom filter of the hashes of the keys evicted, in two
+// store: Bloom filters of the hashes of the keys evicted, in two
 // generations. A key evicted at watermark w has stored state at most until
 // the watermark passes w + lateness (its slices have all fired, and each
 // is dropped past its lateness); a generation lasts at least that long
 // (genLen) and a key stays in the filter for its own generation and the
 // next, so a key that may be in the store always tests positive. Keys
-// never evicted test negative but for false positives (about 1% at the
-// designed load), which cost a lookup that finds nothing: new keys,
-// the common case, read nothing from the store.
+// never evicted test negative but for false positives (about 1% per
+// filter at its designed load), which cost a lookup that finds nothing:
+// new keys, the common case, read nothing from the store. A generation
+// that fills its filter adds one of twice the size; the next generation
+// starts with one sized for all of them.
 type evictedFilter struct {
-	cur, prev filterBits
+	cur, prev []filterBits
 	end       int64 // watermark at which cur's generation ends
 	genLen    int64
 }
@@ -327,8 +341,10 @@ func (f *filterBits) add(h uint64) {
 	f.n++
 }
 
-// filterWords returns the size of a generation's bits for keys keys: 10
-// bits a key, a power of two of words, at least 1024 words (8 KiB).
+func (f *filterBits) full() bool { return f.n*10 >= len(f.bits)*64 }
+
+// filterWords returns the size of a filter for keys keys: 10 bits a key,
+// a power of two of words, at least 1024 words (8 KiB).
 func filterWords(keys int) int {
 	w := 1024
 	for w*64 < 10*keys {
@@ -338,27 +354,42 @@ func filterWords(keys int) int {
 }
 
 // rotate starts a new generation at watermark wm if the current one is
-// over. The new one is sized for what the last one took; one that fills
-// beyond its design still answers correctly, with more false positives.
+// over, with one filter sized for what the last one took.
 func (f *evictedFilter) rotate(wm int64) {
-	if wm < f.end {
+	if wm < f.end && len(f.cur) > 0 {
 		return
 	}
-	n := max(f.cur.n, f.prev.n)
-	old := f.prev.bits
-	f.prev = f.cur
-	if w := filterWords(n); len(old) == w {
-		clear(old)
-		f.cur = filterBits{bits: old}
-	} else {
-		f.cur = filterBits{bits: make([]uint64, w)}
+	n := 0
+	for _, b := range f.cur {
+		n += b.n
 	}
+	f.prev = f.cur
+	f.cur = []filterBits{{bits: make([]uint64, filterWords(n))}}
 	f.end = addSat(wm, f.genLen)
+}
+
+// add adds key hash h to the current generation.
+func (f *evictedFilter) add(wm int64, h uint64) {
+	f.rotate(wm)
+	last := &f.cur[len(f.cur)-1]
+	if last.full() {
+		f.cur = append(f.cur, filterBits{bits: make([]uint64, 2*len(last.bits))})
+		last = &f.cur[len(f.cur)-1]
+	}
+	last.add(h)
 }
 
 // mayBeStored reports whether key hash h, not in memory, may have state in
 // the store.
 func (o *Operator) mayBeStored(h uint64) bool {
-	o.filter.rotate(o.wm)
-	return o.filter.cur.has(h) || o.filter.prev.has(h)
+	f := &o.filter
+	f.rotate(o.wm)
+	for _, gen := range [2][]filterBits{f.cur, f.prev} {
+		for i := range gen {
+			if gen[i].has(h) {
+				return true
+			}
+		}
+	}
+	return false
 }
