@@ -114,6 +114,7 @@ type Runtime struct {
 	dedup   *dedup // nil without event_id
 
 	committed atomic.Uint64 // last checkpoint the sink reported stored
+	budget    budgetState   // Budget's, ingesting goroutine only
 	commitMu  sync.Mutex
 	commitCh  chan struct{} // closed by the next Committed
 }
@@ -124,23 +125,50 @@ type Runtime struct {
 // than checkpoints come should inject a barrier now (Checkpoint: more than
 // half again the bound, every barrier so far committed), or, with twice
 // the bound and a barrier not committed yet, wait for the commit before it
-// ingests more (Wait, and wake on Committed's signal). Call it from the
-// ingesting goroutine.
+// ingests more (Wait, and wake on Committed's signal). When an early
+// checkpoint let fewer than an eighth of the bound go, the keys are held
+// for windows still to fire: Budget then says OK until they are within the
+// bound again. Call it from the ingesting goroutine.
 func (r *Runtime) Budget() Budget {
 	if r.opts.MaxResident <= 0 || r.opts.KeyStore == nil {
 		return BudgetOK
 	}
-	var n uint64
+	var n, ev uint64
 	for i := range r.live.workers {
 		n += r.live.workers[i].resident.Load()
+		ev += r.live.workers[i].evicted.Load()
 	}
-	switch max := uint64(r.opts.MaxResident); {
-	case r.committed.Load() >= r.epoch && n > max*3/2:
+	bound := uint64(r.opts.MaxResident)
+	if n <= bound {
+		r.budget = budgetState{}
+		return BudgetOK
+	}
+	if r.budget.stuck {
+		return BudgetOK
+	}
+	switch {
+	case r.committed.Load() >= r.epoch && n > bound*3/2:
+		if r.budget.asked && ev < r.budget.evicted+bound/8 {
+			// The last early checkpoint let few keys go: the keys are
+			// held for windows still to fire, not for a checkpoint.
+			// Stop forcing checkpoints until they fall to the bound.
+			r.budget.stuck = true
+			return BudgetOK
+		}
+		r.budget = budgetState{asked: true, evicted: ev}
 		return BudgetCheckpoint
-	case r.committed.Load() < r.epoch && n > 2*max:
+	case r.committed.Load() < r.epoch && n > 2*bound:
 		return BudgetWait
 	}
 	return BudgetOK
+}
+
+// budgetState is what Budget remembers between calls (ingesting
+// goroutine only).
+type budgetState struct {
+	asked   bool   // an early checkpoint was asked for since the keys were within the bound
+	evicted uint64 // evictions when it was
+	stuck   bool   // it let few keys go: no more until the keys are within the bound
 }
 
 // Budget is Runtime.Budget's advice.
