@@ -20,12 +20,14 @@ import (
 // key (so the slices of one key are apart), and in the group's op records.
 // Scanning them all cost ~200 µs a lookup at 10^6 keys, so keyReader keeps
 // an index of each chunk it has read: per entry, the top 32 bits of its
-// record key's hash and its offset, sorted (8 bytes an entry). A chunk is
-// known by its bbolt key and the CRC its record stores, which covers key
-// and value: a chunk read again with the same CRC is the same chunk, and
-// is used without checking it again; a new or rewritten one (compaction,
-// a new op record) is checked and indexed at its first lookup. Indexes of
-// chunks gone from the group are dropped at its next lookup.
+// record key's hash and its offset, sorted (8 bytes an entry). An op
+// record chunk is known by its bbolt key, which names the checkpoint that
+// wrote it; a base chunk by its key and the CRC its record stores, which
+// covers key and value. A known chunk is used without checking it again,
+// and its pages are read only where the key may be; a new or rewritten one
+// (a new op record, compaction) is checked and indexed at its first
+// lookup. Indexes of chunks gone from the group are dropped at its next
+// lookup.
 type keyReader struct {
 	st     *state.Store
 	path   string
@@ -75,11 +77,11 @@ func (r *keyReader) Load(hash uint64, key []byte, fn func(entryKey, value []byte
 			if err != nil {
 				return err
 			}
-			err = b.ForEachChecked(prefix, func(k []byte, crc uint32, raw []byte, check func() ([]byte, error)) error {
+			err = b.ForEachRecord(prefix, func(k []byte, rec state.Record) error {
 				if !bytes.HasPrefix(k, prefix) {
 					return errStop
 				}
-				ci, err := rg.index(kind, k, crc, raw, check)
+				ci, err := rg.index(kind, k, rec)
 				if err != nil {
 					return err
 				}
@@ -87,8 +89,14 @@ func (r *keyReader) Load(hash uint64, key []byte, fn func(entryKey, value []byte
 					return errBadState(r.path, name, k, "malformed chunk")
 				}
 				ci.pass = rg.pass
-				body := raw[ci.body:]
+				if len(ci.ents) == 0 && len(ci.xs) == 0 {
+					return nil
+				}
 				lo, _ := slices.BinarySearch(ci.ents, h<<32)
+				if len(ci.xs) == 0 && (lo == len(ci.ents) || ci.ents[lo]>>32 != h) {
+					return nil // nothing of the key here: its pages are not read
+				}
+				body := rec.Unchecked()[ci.body:]
 				x := 0 // prefix deletions applied
 				for i := lo; ; i++ {
 					off := -1
@@ -137,16 +145,24 @@ func (r *keyReader) Load(hash uint64, key []byte, fn func(entryKey, value []byte
 	return err
 }
 
-// index returns the index of the chunk stored under k in the bucket of
-// kind with CRC crc, checking and indexing it if it is new or changed; nil
-// if the chunk is malformed.
-func (rg *readerGroup) index(kind byte, k []byte, crc uint32, raw []byte, check func() ([]byte, error)) (*chunkIndex, error) {
+// index returns the index of the chunk rec stored under k in the bucket
+// of kind, checking and indexing it if it is new or changed; nil if the
+// chunk is malformed. An op record chunk is known by its key, which no
+// other chunk ever has (it names the checkpoint that wrote it), so a known
+// one is not read at all; a base chunk's key is reused by compaction, so
+// a base chunk is known by key and stored CRC.
+func (rg *readerGroup) index(kind byte, k []byte, rec state.Record) (*chunkIndex, error) {
 	var mk [16]byte
 	id := append(append(mk[:0], kind), k...)
-	if ci := rg.chunks[string(id)]; ci != nil && ci.crc == crc {
+	ci := rg.chunks[string(id)]
+	var crc uint32
+	if kind == 'b' {
+		crc = rec.CRC()
+	}
+	if ci != nil && ci.crc == crc {
 		return ci, nil
 	}
-	payload, err := check()
+	payload, err := rec.Value()
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +175,7 @@ func (rg *readerGroup) index(kind byte, k []byte, crc uint32, raw []byte, check 
 	if why != "" {
 		return nil, nil
 	}
-	ci := &chunkIndex{crc: crc, body: len(payload) - len(body)}
+	ci = &chunkIndex{crc: crc, body: len(payload) - len(body)}
 	for off := 0; off < len(body); {
 		start := off
 		op := byte(opPut)

@@ -201,15 +201,16 @@ func (b *Bucket) step(c *bolt.Cursor, start []byte, first bool) (k, v []byte, er
 	return k, v, err
 }
 
-// ForEachChecked calls fn for every key from start on, in key order, with
-// its record's stored CRC and a check function, without checking the
-// record itself: check returns the value, or an ErrCorrupt error if the
-// record's checksum fails. It is for a caller that keeps what it derived
-// from values it has checked, by key and CRC: a record with the same key
-// and CRC as one checked before holds the same value (the CRC covers key
-// and value), so the caller need not read it again. The value fn gets
-// from raw is the record's payload, unchecked, valid like ForEach's.
-func (b *Bucket) ForEachChecked(start []byte, fn func(key []byte, crc uint32, raw []byte, check func() ([]byte, error)) error) error {
+// ForEachRecord calls fn for every key from start on, in key order, with
+// its record not yet read: Record.Value checks and returns it like
+// ForEach's values, Record.CRC and Record.Unchecked read its stored CRC
+// and its payload without checking them. It is for a caller that keeps
+// what it derived from records it has checked: by key and CRC (the CRC
+// covers key and value, so a record with the key and CRC of one checked
+// before holds the same value), or by key alone where the caller's keys
+// are written once. A record neither method touches costs no read of its
+// pages: a value that fills its own pages is not read at all.
+func (b *Bucket) ForEachRecord(start []byte, fn func(key []byte, r Record) error) error {
 	if b.b == nil {
 		return nil
 	}
@@ -218,15 +219,35 @@ func (b *Bucket) ForEachChecked(start []byte, fn func(key []byte, crc uint32, ra
 		if rec == nil {
 			return corruptf("state: system bucket %q: nested bucket %x where only records belong", b.name, k)
 		}
-		if len(rec) < recordHeaderSize || rec[0] != recordVersion {
-			_, err := b.decode(k, rec)
-			return err
-		}
-		if err := fn(k, storedCRC(rec), rec[recordHeaderSize:], func() ([]byte, error) { return b.decode(k, rec) }); err != nil {
+		if err := fn(k, Record{b, k, rec}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Record is a record of a Bucket that ForEachRecord found; valid like the
+// values of ForEach.
+type Record struct {
+	b      *Bucket
+	k, rec []byte
+}
+
+// Value returns the record's value, or an ErrCorrupt error if its
+// checksum fails.
+func (r Record) Value() ([]byte, error) { return r.b.decode(r.k, r.rec) }
+
+// CRC returns the record's stored CRC, unchecked (0 for a record too short
+// to have one, which Value reports).
+func (r Record) CRC() uint32 { return storedCRC(r.rec) }
+
+// Unchecked returns the record's payload without checking it (nil for a
+// record too short to have one).
+func (r Record) Unchecked() []byte {
+	if len(r.rec) < recordHeaderSize {
+		return nil
+	}
+	return r.rec[recordHeaderSize:]
 }
 
 func (b *Bucket) seek(c *bolt.Cursor, start []byte) (k, rec []byte) {
