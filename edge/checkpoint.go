@@ -424,6 +424,10 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	n.last = c
 	for _, p := range parts {
 		if ps := n.pipe(p.pipe); ps != nil {
+			if ps.rt != nil {
+				// The keys this checkpoint's snapshot wrote may be evicted.
+				ps.rt.Committed(id)
+			}
 			if err := ps.outs.write(p.out); err != nil {
 				n.lg.Error("edge: file output", "pipeline", p.pipe, "err", err)
 			}

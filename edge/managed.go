@@ -212,6 +212,9 @@ func (n *node) newPipe(ctx context.Context, d pipeDef, restore bool) (*pipe, err
 	if restore {
 		opts.Restore = func(fn func(uint64, []byte, []byte) error) error { return ps.state.restore(n.store, fn) }
 	}
+	if opts.MaxResident > 0 {
+		opts.KeyStore = newKeyReader(n.store, p.Name)
+	}
 	rt, err := operators.Start(context.WithoutCancel(ctx), p, ps.sink, opts)
 	if err != nil {
 		outs.close()

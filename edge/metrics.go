@@ -276,6 +276,18 @@ var pipeMetrics = []struct {
 	{"runnel_edge_duplicates_total", "MQTT redeliveries dropped by event id.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().Dupes), true }},
 	{"runnel_edge_late_total", "Records too late for every window.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().Late), true }},
 	{"runnel_edge_results_total", "Window results emitted, all versions.", true, func(ps *pipe, _ time.Time) (float64, bool) { return float64(ps.rt.Stats().Results), true }},
+	{"runnel_edge_window_resident_keys", "Window keys the pipeline holds in memory (state.max_resident_keys bounds the evictable ones).", false, func(ps *pipe, _ time.Time) (float64, bool) {
+		return float64(ps.rt.Stats().Resident), true
+	}},
+	{"runnel_edge_window_evictions_total", "Window keys evicted from memory: clean, their windows all fired, their state in the state file (state.max_resident_keys).", true, func(ps *pipe, _ time.Time) (float64, bool) {
+		return float64(ps.rt.Stats().Evicted), true
+	}},
+	{"runnel_edge_window_reloads_total", "Evicted window keys read back from the state file for a record.", true, func(ps *pipe, _ time.Time) (float64, bool) {
+		return float64(ps.rt.Stats().Reloaded), true
+	}},
+	{"runnel_edge_window_key_lookups_total", "Reads of the state file for a record's key not in memory, found (a reload) or not (a new key).", true, func(ps *pipe, _ time.Time) (float64, bool) {
+		return float64(ps.rt.Stats().Lookups), true
+	}},
 	{"runnel_edge_watermark_lag_seconds", "Wall clock minus the pipeline's watermark.", false, func(ps *pipe, now time.Time) (float64, bool) {
 		wm := ps.rt.Watermark()
 		if wm == window.MinTime {

@@ -926,6 +926,40 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		req.done <- errors.Join(report, fatal)
 		return fatal
 	}
+	// budgetBarrier keeps the keys the pipelines hold near
+	// state.max_resident_keys when new keys come faster than checkpoints:
+	// keys wait in memory for the checkpoint that stores them, so it
+	// injects a barrier before the interval's (at most every eighth of an
+	// interval), and with twice the bound and a barrier in flight it waits
+	// for the commit: memory over throughput.
+	lastBudget := time.Now()
+	budgetBarrier := func() error {
+		if n.fed%1024 != 0 {
+			return nil
+		}
+		for _, ps := range n.pipes {
+			switch ps.rt.Budget() {
+			case operators.BudgetCheckpoint:
+				if time.Since(lastBudget) < n.cfg.CheckpointInterval/8 {
+					continue
+				}
+				lastBudget = time.Now()
+				barrierPos = next
+				return barrier()
+			case operators.BudgetWait:
+				if err := ps.rt.Flush(); err != nil {
+					return err
+				}
+				select {
+				case <-ps.rt.CommitSignal():
+				case <-time.After(n.cfg.CheckpointInterval):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
+	}
 	draining := false
 	lastFlush := time.Now()
 	for {
@@ -940,6 +974,9 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			}
 			n.pumpPos.Store(uint64(pos) + 1)
 			next = pos + 1
+			if err := budgetBarrier(); err != nil {
+				return err
+			}
 			select {
 			case <-tick.C:
 				if err := tickBarrier(); err != nil {

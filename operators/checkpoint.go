@@ -145,7 +145,7 @@ func (w *worker) barrier(id uint64, first bool) {
 	// The operator metadata is identical on every worker at a barrier:
 	// it is kept from the first only.
 	snap := &snapBuf{skipMeta: !first}
-	if err := w.op.SnapshotDirty(snap); err != nil {
+	if err := w.op.Checkpoint(id, snap); err != nil {
 		w.err = fmt.Errorf("operators: snapshot at barrier %d: %w", id, err)
 		return
 	}

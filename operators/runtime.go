@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,18 @@ type Options struct {
 	// Restore, when set, loads a checkpoint (the entries a BarrierSink got
 	// from a Barrier) before the first record: load calls fn for every entry.
 	Restore func(fn func(hash uint64, key, value []byte) error) error
+
+	// MaxResident, when positive and KeyStore is set, bounds the keys the
+	// window operators keep in memory, shared out among the workers:
+	// clean keys whose windows have all fired are evicted and read back
+	// from KeyStore on their next record (window.Config.MaxResident). The
+	// BarrierSink must then report each checkpoint it has stored with
+	// Runtime.Committed. Session windows ignore it.
+	MaxResident int
+	// KeyStore reads evicted keys' entries: those of the last checkpoint
+	// reported to Committed, or of a later one. The workers call it
+	// concurrently.
+	KeyStore window.KeyStore
 }
 
 func (o *Options) ensureDefaults() {
@@ -56,6 +69,10 @@ type Stats struct {
 	Late     uint64 // records too late for every window
 	Results  uint64 // window results emitted, all versions
 	Updates  uint64 // results with version > 1
+	Evicted  uint64 // keys evicted from memory (Options.MaxResident)
+	Reloaded uint64 // evicted keys read back for a record
+	Lookups  uint64 // KeyStore reads of keys not in memory, found or not
+	Resident uint64 // keys in memory now
 }
 
 // Runtime runs one Pipeline: the caller's goroutine ingests payloads
@@ -95,6 +112,101 @@ type Runtime struct {
 	epoch   uint64   // last barrier injected
 	live    liveStats
 	dedup   *dedup // nil without event_id
+
+	committed atomic.Uint64 // last checkpoint the sink reported stored
+	budget    budgetState   // Budget's, ingesting goroutine only
+	commitMu  sync.Mutex
+	commitCh  chan struct{} // closed by the next Committed
+}
+
+// Budget says what a source should do about the keys the window operators
+// hold, against Options.MaxResident: keys wait in memory for the
+// checkpoint that stores them, so a source that brings new keys faster
+// than checkpoints come should inject a barrier now (Checkpoint: more than
+// half again the bound, every barrier so far committed), or, with twice
+// the bound and a barrier not committed yet, wait for the commit before it
+// ingests more (Wait, and wake on Committed's signal). When an early
+// checkpoint let fewer than an eighth of the bound go, the keys are held
+// for windows still to fire: Budget then says OK until they are within the
+// bound again. Call it from the ingesting goroutine.
+func (r *Runtime) Budget() Budget {
+	if r.opts.MaxResident <= 0 || r.opts.KeyStore == nil {
+		return BudgetOK
+	}
+	var n, ev uint64
+	for i := range r.live.workers {
+		n += r.live.workers[i].resident.Load()
+		ev += r.live.workers[i].evicted.Load()
+	}
+	bound := uint64(r.opts.MaxResident)
+	if n <= bound {
+		r.budget = budgetState{}
+		return BudgetOK
+	}
+	if r.budget.stuck {
+		return BudgetOK
+	}
+	switch {
+	case r.committed.Load() >= r.epoch && n > bound*3/2:
+		if r.budget.asked && ev < r.budget.evicted+bound/8 {
+			// The last early checkpoint let few keys go: the keys are
+			// held for windows still to fire, not for a checkpoint.
+			// Stop forcing checkpoints until they fall to the bound.
+			r.budget.stuck = true
+			return BudgetOK
+		}
+		r.budget = budgetState{asked: true, evicted: ev}
+		return BudgetCheckpoint
+	case r.committed.Load() < r.epoch && n > 2*bound:
+		return BudgetWait
+	}
+	return BudgetOK
+}
+
+// budgetState is what Budget remembers between calls (ingesting
+// goroutine only).
+type budgetState struct {
+	asked   bool   // an early checkpoint was asked for since the keys were within the bound
+	evicted uint64 // evictions when it was
+	stuck   bool   // it let few keys go: no more until the keys are within the bound
+}
+
+// Budget is Runtime.Budget's advice.
+type Budget int
+
+// Runtime.Budget's answers.
+const (
+	BudgetOK         Budget = iota
+	BudgetCheckpoint        // inject a barrier
+	BudgetWait              // wait for CommitSignal before ingesting more
+)
+
+// CommitSignal returns a channel closed at the next Committed.
+func (r *Runtime) CommitSignal() <-chan struct{} {
+	r.commitMu.Lock()
+	defer r.commitMu.Unlock()
+	if r.commitCh == nil {
+		r.commitCh = make(chan struct{})
+	}
+	return r.commitCh
+}
+
+// Committed tells the Runtime that the checkpoint of barrier id, with
+// every earlier one, is stored where Options.KeyStore reads: the keys its
+// snapshot wrote may be evicted. Safe to call from any goroutine.
+func (r *Runtime) Committed(id uint64) {
+	for {
+		c := r.committed.Load()
+		if id <= c || r.committed.CompareAndSwap(c, id) {
+			break
+		}
+	}
+	r.commitMu.Lock()
+	if r.commitCh != nil {
+		close(r.commitCh)
+		r.commitCh = nil
+	}
+	r.commitMu.Unlock()
 }
 
 // Start starts the workers and the output goroutine, after restoring
@@ -347,7 +459,10 @@ type liveStats struct {
 	workers                   []workerStats
 }
 
-type workerStats struct{ late, results, updates atomic.Uint64 }
+type workerStats struct {
+	late, results, updates               atomic.Uint64
+	evicted, reloaded, lookups, resident atomic.Uint64
+}
 
 // Stats returns the counters so far; safe to call from any goroutine.
 func (r *Runtime) Stats() Stats {
@@ -357,6 +472,10 @@ func (r *Runtime) Stats() Stats {
 		s.Late += w.late.Load()
 		s.Results += w.results.Load()
 		s.Updates += w.updates.Load()
+		s.Evicted += w.evicted.Load()
+		s.Reloaded += w.reloaded.Load()
+		s.Lookups += w.lookups.Load()
+		s.Resident += w.resident.Load()
 	}
 	return s
 }
@@ -486,12 +605,17 @@ func newWorker(r *Runtime, idx int) *worker {
 		// NumInputs and HashInputs, the strides AddRecords takes.
 		w.free <- newBatch(r.opts.BatchSize, len(r.p.numInputs), len(r.p.hashInput))
 	}
-	op, err := window.NewOperator(window.Config{
+	cfg := window.Config{
 		Assigner:   r.p.Assigner,
 		Lateness:   r.p.Lateness,
 		Aggregates: r.p.Aggregates,
 		Emit:       w.emit,
-	})
+	}
+	if r.opts.MaxResident > 0 && r.opts.KeyStore != nil {
+		cfg.MaxResident = max(1, (r.opts.MaxResident+r.opts.Workers-1)/r.opts.Workers)
+		cfg.Store = r.opts.KeyStore
+	}
+	op, err := window.NewOperator(cfg)
 	if err != nil {
 		panic(err) // Compile validated the assigner
 	}
@@ -512,8 +636,12 @@ func (w *worker) run(ctx context.Context) error {
 		w.cur = b
 		w.recs = window.Records{Keys: b.keys, KeyEnds: b.keyEnd, Hashes: b.hashes, Times: b.times, Marks: b.wms,
 			Nums: b.nums, InputHashes: b.hsh}
+		w.op.Committed(w.r.committed.Load())
 		w.op.AddRecords(&w.recs, w.lateR)
 		w.cur = nil
+		if err := w.op.Err(); err != nil && w.err == nil {
+			w.err = fmt.Errorf("operators: worker %d: %w", w.idx, err)
+		}
 		w.op.Advance(b.wm)
 		if w.err == nil && w.ob != nil {
 			w.sendOut()
@@ -522,6 +650,10 @@ func (w *worker) run(ctx context.Context) error {
 		live.late.Store(st.Late)
 		live.results.Store(st.Emitted)
 		live.updates.Store(st.Updates)
+		live.evicted.Store(st.Evicted)
+		live.reloaded.Store(st.Reloaded)
+		live.lookups.Store(st.Lookups)
+		live.resident.Store(uint64(w.op.Resident()))
 		if b.barrier != 0 && w.err == nil {
 			w.barrier(b.barrier, w.idx == 0)
 		}

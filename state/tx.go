@@ -201,6 +201,68 @@ func (b *Bucket) step(c *bolt.Cursor, start []byte, first bool) (k, v []byte, er
 	return k, v, err
 }
 
+// ForEachRecord calls fn for every key from start on, in key order, with
+// its record not yet read: Record.Value checks and returns it like
+// ForEach's values, Record.CRC and Record.Unchecked read its stored CRC
+// and its payload without checking them. It is for a caller that keeps
+// what it derived from records it has checked: by key and CRC (the CRC
+// covers key and value, so a record with the key and CRC of one checked
+// before holds the same value), or by key alone where the caller's keys
+// are written once. A record neither method touches costs no read of its
+// pages: a value that fills its own pages is not read at all.
+func (b *Bucket) ForEachRecord(start []byte, fn func(key []byte, r Record) error) error {
+	if b.b == nil {
+		return nil
+	}
+	c := b.b.Cursor()
+	for k, rec := b.seek(c, start); k != nil; k, rec = b.next(c) {
+		if rec == nil {
+			return corruptf("state: system bucket %q: nested bucket %x where only records belong", b.name, k)
+		}
+		if err := fn(k, Record{b, k, rec}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Record is a record of a Bucket that ForEachRecord found; valid like the
+// values of ForEach.
+type Record struct {
+	b      *Bucket
+	k, rec []byte
+}
+
+// Value returns the record's value, or an ErrCorrupt error if its
+// checksum fails.
+func (r Record) Value() ([]byte, error) { return r.b.decode(r.k, r.rec) }
+
+// CRC returns the record's stored CRC, unchecked (0 for a record too short
+// to have one, which Value reports).
+func (r Record) CRC() uint32 { return storedCRC(r.rec) }
+
+// Unchecked returns the record's payload without checking it (nil for a
+// record too short to have one).
+func (r Record) Unchecked() []byte {
+	if len(r.rec) < recordHeaderSize {
+		return nil
+	}
+	return r.rec[recordHeaderSize:]
+}
+
+func (b *Bucket) seek(c *bolt.Cursor, start []byte) (k, rec []byte) {
+	defer rethrowBolt()
+	if start == nil {
+		return c.First()
+	}
+	return c.Seek(start)
+}
+
+func (b *Bucket) next(c *bolt.Cursor) (k, rec []byte) {
+	defer rethrowBolt()
+	return c.Next()
+}
+
 // DeleteBucket deletes the system bucket called name with everything in
 // it (a writable transaction only); a bucket that does not exist is no
 // error. A Bucket obtained from tx before is not valid afterwards.

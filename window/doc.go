@@ -62,6 +62,13 @@
 // enters through Watermarks.Tick (idle detection and the idle advance) as a
 // number the caller gives, never through a clock read inside the package.
 //
+// # Eviction
+//
+// With Config.MaxResident and a KeyStore, keys whose windows have all fired
+// and whose state a committed checkpoint holds leave memory, and a record
+// of one reads it back first (evict.go states the invariants). Results are
+// the same as without.
+//
 // # Caveats
 //
 //   - Results of one key come out in window order for first versions; a late

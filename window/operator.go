@@ -18,6 +18,15 @@ type Config struct {
 	// Emit receives every window result. The Result, its Key and its State
 	// are valid only during the call: copy or encode what must outlive it.
 	Emit func(r *Result)
+
+	// MaxResident, when positive and Store is set, bounds the keys kept in
+	// memory: beyond it, clean keys whose windows have all fired are
+	// evicted, and read back from Store on their next record (evict.go).
+	// Session windows ignore it.
+	MaxResident int
+	// Store reads evicted keys back. The caller must report stored
+	// checkpoints with Committed and snapshot with Checkpoint.
+	Store KeyStore
 }
 
 // Result is one emitted window: version 1 when the watermark passes the
@@ -90,6 +99,18 @@ type Operator struct {
 	dropped []int64        // slice ends dropped past lateness
 	deleted []deletedEntry // entries of forgotten keys
 	enc     []byte         // scratch encoding
+
+	// eviction (evict.go); wrote is nil without it
+	maxResident   int
+	store         KeyStore
+	wrote         []uint64 // by key index: id of the checkpoint that last wrote the key; notStored
+	snapID        uint64   // the checkpoint being snapshotted; notStored outside Checkpoint
+	committed     uint64   // last checkpoint reported stored
+	shedCommitted uint64   // committed, firedThrough and live after the last eviction pass
+	shedFired     int64
+	shedLive      int
+	filter        evictedFilter // keys evicted, which may be in the store
+	err           error
 }
 
 type deletedEntry struct {
@@ -103,6 +124,10 @@ type Stats struct {
 	Late    uint64 // events dropped: every window they belong to had closed
 	Emitted uint64 // results emitted, all versions
 	Updates uint64 // results with version > 1
+
+	Evicted  uint64 // keys dropped from memory, clean, to be read back from the Store
+	Reloaded uint64 // keys read back from the Store for a record
+	Lookups  uint64 // Store reads for a key not in memory, found or not
 }
 
 // keyState is what the operator keeps per key besides its key bytes
@@ -169,6 +194,13 @@ func NewOperator(cfg Config) (*Operator, error) {
 		}
 	}
 	o.scratch = o.aggs.New()
+	o.snapID = notStored
+	if cfg.MaxResident > 0 && cfg.Store != nil && o.kind != Session {
+		o.maxResident, o.store = cfg.MaxResident, cfg.Store
+		o.wrote = []uint64{}
+		o.filter.genLen = max(o.lateness, o.sl.size, 1)
+		o.filter.end = MinTime
+	}
 	return o, nil
 }
 
@@ -264,6 +296,12 @@ func (o *Operator) newKey(key []byte, hash uint64) int32 {
 		o.keys = append(o.keys, keyState{})
 	}
 	o.names.set(idx, key)
+	if o.wrote != nil {
+		if int(idx) == len(o.wrote) {
+			o.wrote = append(o.wrote, notStored)
+		}
+		o.wrote[idx] = notStored
+	}
 	k := &o.keys[idx]
 	k.hash = hash
 	k.live = true
@@ -301,6 +339,14 @@ func (o *Operator) forget(idx int32) {
 		sk.sessions = sk.sessions[:0]
 		sk.due = unregistered
 	}
+	o.release(idx)
+}
+
+// release drops key idx from memory (forget, evict) and keeps its memory
+// for the next new key.
+func (o *Operator) release(idx int32) {
+	k := &o.keys[idx]
+	k.stored, k.changed = false, false
 	if int(idx) < len(o.fired) {
 		o.fired[idx] = o.fired[idx][:0]
 	}

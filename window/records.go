@@ -97,10 +97,16 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 			idx := cur[i-g]
 			if idx < 0 || !o.names.equal(idx, key) {
 				if idx = o.index.find(hashes[i], key, &o.names); idx < 0 {
-					if !o.addNewKey(key, hashes[i], &in) {
-						late(i, o.wm)
+					// A key not in memory may have been evicted.
+					if o.stats.Evicted > 0 && o.mayBeStored(hashes[i]) {
+						idx = o.reload(key, hashes[i], in.Time)
 					}
-					continue
+					if idx < 0 {
+						if !o.addNewKey(key, hashes[i], &in) {
+							late(i, o.wm)
+						}
+						continue
+					}
 				}
 			}
 			// Most records on aligned windows fall on time in the slice of
@@ -124,6 +130,9 @@ func (o *Operator) AddRecords(r *Records, late func(i int, watermark int64)) {
 				late(i, o.wm)
 			}
 		}
+	}
+	if o.maxResident > 0 && o.live > o.maxResident {
+		o.shed()
 	}
 }
 

@@ -34,7 +34,9 @@ const snapshotVersion = 2
 
 // Snapshot writes the operator's whole state. Restoring it into a new
 // Operator with the same Config continues exactly where this one is. It
-// also clears the change marks, like SnapshotDirty.
+// also clears the change marks, like SnapshotDirty. Evicted keys are not
+// in it: their entries are the store's (evict.go), so with eviction only
+// the incremental snapshots (Checkpoint) keep a store whole.
 func (o *Operator) Snapshot(w SnapshotWriter) error { return o.snapshot(w, true) }
 
 // SnapshotDirty writes what changed since the last Snapshot or
@@ -84,6 +86,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 					i := wi<<6 | bits.TrailingZeros64(x)
 					x &= x - 1
 					idx := int32(c<<chunkBits | i)
+					o.noteWrote(idx)
 					st := ch.at(i)
 					vb = o.aggs.AppendEncode(vb[:0], &st)
 					if err := w.Put(o.keys[idx].hash, sliceKey(kb[:0], sb.end, o.names.get(idx)), vb); err != nil {
@@ -96,6 +99,7 @@ func (o *Operator) snapshot(w SnapshotWriter, full bool) error {
 	write := func(idx int32) error {
 		k := &o.keys[idx]
 		k.changed = false
+		o.noteWrote(idx)
 		if !k.live {
 			return nil
 		}
@@ -331,6 +335,9 @@ func (o *Operator) FinishRestore() {
 	o.changed = o.changed[:0]
 	o.dropped = o.dropped[:0]
 	o.deleted = o.deleted[:0]
+	for i := range o.wrote {
+		o.wrote[i] = 0 // the restored state is stored
+	}
 	// What follows may change state for real (sessions past lateness are
 	// dropped, idle keys forgotten): those changes stay marked.
 	if o.kind != Session {
@@ -343,6 +350,7 @@ func (o *Operator) FinishRestore() {
 			}
 		}
 	}
+	o.shed()
 }
 
 // RecordKey returns the record key a snapshot entry belongs to (nil for

@@ -34,6 +34,7 @@ type Config struct {
 	DiskCap         DiskCap
 	SideOutputs     SideOutputs
 	Dedup           Dedup
+	State           State
 	Snapshot        Snapshot
 	RawArchive      RawArchive
 	ObjectStore     settings.ObjectStore
@@ -128,6 +129,15 @@ type SideOutputs struct {
 // Dedup configures the dropping of MQTT redeliveries by event id.
 type Dedup struct {
 	IDs int // how many of the latest event ids are remembered
+}
+
+// State configures the pipelines' operator state in memory.
+type State struct {
+	// MaxResidentKeys bounds the window keys each pipeline keeps in
+	// memory; beyond it, keys whose windows have all fired and whose state
+	// the last checkpoint stored are evicted, and read back from the state
+	// file on their next record. 0: every key stays in memory.
+	MaxResidentKeys int
 }
 
 // RawArchive configures the raw archive lane (edge.RawArchive).

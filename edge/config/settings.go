@@ -141,6 +141,10 @@ var table = settings.New(settings.Table[Config]{
 			Doc:   "How many of the latest event ids each pipeline that declares event_id remembers to drop MQTT redeliveries (1 to 16777216). Redeliveries are the unacknowledged tail, bounded by the receive maximum and one group commit, so a few thousand suffice; a redelivery older than this many messages counts twice.",
 			Value: settings.Int(func(c *Config) *int { return &c.Dedup.IDs }, 1, 1<<24)},
 
+		{Path: "state.max_resident_keys", Flag: "state-max-resident-keys", Env: "RUNNEL_STATE_MAX_RESIDENT_KEYS", Default: "0", Example: "100000",
+			Doc:   "Most window keys each pipeline keeps in memory (0 to 1073741824; 0: all of them). Beyond it, keys whose windows have all fired (state kept only for allowed_lateness) and whose state the last checkpoint stored are evicted, and read back from the state file on their next record, counted in runnel_edge_window_evictions_total and runnel_edge_window_reloads_total. Keys with a window still to fire stay, so the bound can be exceeded (runnel_edge_window_resident_keys). Each resident key of a tumbling window takes about 150 bytes; a reload costs about 10 µs of CPU (docs/design.md, eviction). When new keys come faster than checkpoints, the edge checkpoints early and, at twice the bound, waits for the commit. Session windows keep every key.",
+			Value: settings.Int(func(c *Config) *int { return &c.State.MaxResidentKeys }, 0, 1<<30)},
+
 		{Path: "snapshot.store", Flag: "snapshot-store", Env: "RUNNEL_SNAPSHOT_STORE", Example: "s3://backups/runnel",
 			Doc:   "Where the edge uploads snapshots of its state (each a consistent copy of the state file as of a checkpoint, zstd-compressed, with a manifest), under `<edge_id>/snapshots/<checkpoint id>/`: file:///path or an absolute path (a directory, say on another disk or a network mount), or s3://bucket/prefix. `runnel-edge restore --from <store>/<edge_id>` rebuilds a data directory from the latest. Empty: no snapshots.",
 			Value: settings.String(func(c *Config) *string { return &c.Snapshot.Store }, checkSnapshotStore)},

@@ -1,0 +1,83 @@
+package operators_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/runnel-io/runnel/operators"
+)
+
+type emptyStore struct{}
+
+func (emptyStore) Load(uint64, []byte, func([]byte, []byte) error) error { return nil }
+
+// TestBudget: a Runtime whose keys are all held for a window still to
+// fire asks for one early checkpoint, waits while it is in flight and,
+// since its commit lets no key go, stops asking until the keys are within
+// the bound.
+func TestBudget(t *testing.T) {
+	p, err := operators.CompileYAML("budget.yaml", []byte(`name: budget
+source: {mqtt: {topic: "t", qos: 1}}
+event_time: {field: ts, unit: ms}
+key: [dev]
+window: {tumbling: 1h}
+aggregates: {n: count()}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := operators.Start(context.Background(), p, newCollect(p),
+		operators.Options{Workers: 1, BatchSize: 16, MaxResident: 100, KeyStore: emptyStore{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(false)
+	ingest := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := rt.Ingest(fmt.Appendf(nil, `{"dev":"d%d","ts":1767225600000}`, i), "t", int64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rt.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for rt.Stats().Resident < uint64(to) {
+			if time.Now().After(deadline) {
+				t.Fatalf("resident %d, want %d", rt.Stats().Resident, to)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if got := rt.Budget(); got != operators.BudgetOK {
+		t.Fatalf("no keys: %v", got)
+	}
+	ingest(0, 160)
+	if got := rt.Budget(); got != operators.BudgetCheckpoint {
+		t.Fatalf("160 keys of a bound of 100: %v, want a checkpoint", got)
+	}
+	if err := rt.Barrier(1); err != nil {
+		t.Fatal(err)
+	}
+	ingest(160, 210)
+	if got := rt.Budget(); got != operators.BudgetWait {
+		t.Fatalf("210 keys, checkpoint in flight: %v, want to wait", got)
+	}
+	signal := rt.CommitSignal()
+	rt.Committed(1)
+	select {
+	case <-signal:
+	default:
+		t.Fatal("Committed did not signal")
+	}
+	// No key was evictable (their window is still open): no more early
+	// checkpoints.
+	if got := rt.Budget(); got != operators.BudgetOK {
+		t.Fatalf("after a checkpoint that let no key go: %v, want OK", got)
+	}
+	if st := rt.Stats(); st.Evicted != 0 {
+		t.Fatalf("%d keys evicted with their window open", st.Evicted)
+	}
+}
