@@ -293,16 +293,17 @@ func (w *week) outage(t testing.TB) (capped bool) {
 	w.publish(t)
 	t.Logf("published %d messages (%d readings, %d garbage) of 7 days in %v", w.published, w.published-w.garbageSent, w.garbageSent, time.Since(w.startedPublish).Round(time.Millisecond))
 	in := `runnel_edge_records_in_total{pipeline="week"}`
-	var last float64
+	var last, depth float64
 	still := time.Now()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		m := scrape(w.edgeHTTP)
-		if m[in] >= float64(w.published) && m["runnel_edge_outbox_depth"] > 0 {
-			return false
+		// Everything taken in, and the checkpoints after it committed.
+		if m[in] != last || m["runnel_edge_outbox_depth"] != depth {
+			last, depth, still = m[in], m["runnel_edge_outbox_depth"], time.Now()
 		}
-		if m[in] != last {
-			last, still = m[in], time.Now()
+		if last >= float64(w.published) && depth > 0 && time.Since(still) > time.Second {
+			return false
 		}
 		if m["runnel_edge_disk_cap_blocked"] == 1 && time.Since(still) > 2*time.Second {
 			return true
@@ -615,4 +616,48 @@ func dialHub(t testing.TB, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// BenchmarkWeekCatchUp measures the uplink's catch-up after a week
+// offline: a runnel-edge takes in 7 days of event time (at compressed
+// speed, through Mosquitto) with its hub down and a cap (1 GiB) it does
+// not reach, so the week's windows wait in its outbox; then the hub
+// starts. Reported: the backlog, the time from the hub's start to the
+// uplink connected (its back-off after the outage) and to the outbox
+// empty with every window applied at the hub, and the rates over both
+// spans: partials/s and MB/s of outbox entries. One op is one week.
+func BenchmarkWeekCatchUp(b *testing.B) {
+	for _, c := range []struct{ devices, perMinute int }{{20, 2}, {100, 1}} {
+		b.Run(fmt.Sprintf("devices=%d", c.devices), func(b *testing.B) {
+			shape := weekShape{devices: c.devices, perMinute: c.perMinute, diskCap: 1 << 30, sideMax: 16 << 20, segment: 16 << 20}
+			b.ReportAllocs()
+			var backlog, backlogBytes, connect, drain float64
+			for b.Loop() {
+				w := newWeek(b, shape)
+				if w.outage(b) {
+					b.Fatalf("the %d-byte cap was reached", shape.diskCap)
+				}
+				c := w.catchUp(b)
+				w.sampler.stop()
+				w.edge.Kill()
+				w.hub.Kill()
+				if c.backlog < float64(w.windows()) {
+					b.Fatalf("backlog of %v entries for %d windows", c.backlog, w.windows())
+				}
+				backlog += c.backlog
+				backlogBytes += c.backlogBytes
+				connect += c.connect.Seconds()
+				drain += c.drain.Seconds()
+			}
+			n := float64(b.N)
+			b.ReportMetric(backlog/n, "backlog-entries")
+			b.ReportMetric(backlogBytes/n/1e6, "backlog-MB")
+			b.ReportMetric(connect/n, "connect-s")
+			b.ReportMetric(drain/n, "drain-s")
+			b.ReportMetric(backlog/drain, "partials/s")
+			b.ReportMetric(backlogBytes/1e6/drain, "MB/s")
+			b.ReportMetric(backlog/(drain-connect), "partials/s-connected")
+			b.ReportMetric(backlogBytes/1e6/(drain-connect), "MB/s-connected")
+		})
+	}
 }
