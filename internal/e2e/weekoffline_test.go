@@ -467,7 +467,7 @@ func (w *week) catchUp(t testing.TB) catchUp {
 	w.hub.Start(t)
 	w.hub.WaitLog(t, "runnel-hub: ready")
 	began := time.Now()
-	deadline := began.Add(10 * time.Minute)
+	deadline := began.Add(3 * time.Minute)
 	windows := float64(w.windows())
 	for {
 		m := scrape(w.edgeHTTP)
@@ -481,7 +481,7 @@ func (w *week) catchUp(t testing.TB) catchUp {
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10 min the outbox holds %v entries, the hub applied %v of %v windows\n%s", m["runnel_edge_outbox_depth"],
+			t.Fatalf("after 3 min the outbox holds %v entries, the hub applied %v of %v windows\n%s", m["runnel_edge_outbox_depth"],
 				scrape(w.hubHTTP)["runnel_hub_partials_total"], windows, tail(w.edge.Logs.String(), 4000))
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -560,7 +560,7 @@ func TestWeekOffline(t *testing.T) {
 	}
 	t.Logf("the outbox holds %d of the week's %d windows, each equal to the oracle, none missing before the last", matched, w.windows())
 	if matched < w.windows()/2 {
-		t.Errorf("the outbox holds only %d of %d windows at the cap: the cap is too small for the test to say much", matched, w.windows())
+		t.Errorf("the outbox holds only %d of %d windows at the cap: the disk went to something other than the aggregates", matched, w.windows())
 	}
 
 	time.Sleep(time.Second)
@@ -568,10 +568,16 @@ func TestWeekOffline(t *testing.T) {
 
 	// The link returns.
 	c := w.catchUp(t)
+	t.Logf("the MQTT source's SUBSCRIBE timed out %d times while the cap held messages (the SUBACK waits behind a held batch)",
+		strings.Count(w.edge.Logs.String(), "mqtt: subscribe failed"))
 	t.Logf("catch-up: backlog %v entries / %.1f MB; uplink connected %v after the hub was ready, outbox empty and every message taken in after %v",
 		c.backlog, c.backlogBytes/1e6, c.connect.Round(time.Millisecond), c.drain.Round(time.Millisecond))
 	w.sampler.stop()
-	if w.sampler.worst > float64(shape.diskCap)+64<<10 { // one message at most past the cap
+	// One batch at most past the cap: a node stopped while it holds a
+	// batch at the cap takes that batch after all (edge/node.go,
+	// waitForDisk), up to Receive Maximum (1024) messages of ~80 bytes
+	// here.
+	if w.sampler.worst > float64(shape.diskCap)+128<<10 {
 		t.Errorf("the edge counted %v bytes toward its %d-byte cap", w.sampler.worst, shape.diskCap)
 	}
 	t.Logf("disk: at most %.0f bytes counted toward the %d-byte cap; the data directory at most %.0f bytes, its state file %.0f (files' lengths)",
