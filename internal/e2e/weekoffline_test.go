@@ -308,8 +308,9 @@ func (w *week) outage(t testing.TB) (capped bool) {
 		if m["runnel_edge_disk_cap_blocked"] == 1 && time.Since(still) > 2*time.Second {
 			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the edge took in %v of %d messages and does not hold the rest at the cap\n%s", m[in], w.published, tail(w.edge.Logs.String(), 4000))
+		if time.Now().After(deadline) || time.Since(still) > 20*time.Second {
+			t.Fatalf("the edge took in %v of %d messages and does not hold the rest at the cap (dropped at the cap: %v)\n%s",
+				m[in], w.published, m["runnel_edge_disk_cap_dropped_total"], tail(w.edge.Logs.String(), 4000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
