@@ -580,7 +580,7 @@ func TestWeekOffline(t *testing.T) {
 	// holds (docs/design.md, "The disk cap and a week offline"): records
 	// admitted under the cap become outbox entries while their segments
 	// wait for a later checkpoint, which an edge idle at the cap does not
-	// take, and a node stopped at the cap takes its held batch. Up to 317
+	// take, and a node stopped at the cap takes its held batch. Up to 352
 	// KB over this 9 MiB cap has been seen, with 1 MiB segments; more than
 	// a segment would be a new defect.
 	if w.sampler.worst > float64(shape.diskCap+shape.segment) {
