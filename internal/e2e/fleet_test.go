@@ -38,7 +38,7 @@ allowed_lateness: 1h
 aggregates: {n: count(), sum: sum(v), lo: min(v), hi: max(v)}
 `
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

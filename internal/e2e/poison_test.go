@@ -510,7 +510,7 @@ func scrape(addr string) map[string]float64 {
 }
 
 // waitMetric waits up to 30 s for ok(metric) and returns the page.
-func waitMetric(t *testing.T, addr, name string, ok func(float64) bool, p *testproc.Proc) map[string]float64 {
+func waitMetric(t testing.TB, addr, name string, ok func(float64) bool, p *testproc.Proc) map[string]float64 {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -550,7 +550,7 @@ func healthz(t *testing.T, addr string) map[string]string {
 }
 
 // stop stops a process with SIGTERM and waits for a clean exit.
-func stop(t *testing.T, p *testproc.Proc) {
+func stop(t testing.TB, p *testproc.Proc) {
 	t.Helper()
 	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -187,6 +188,15 @@ func New(cfg Config, ob Outbox) (*Uplink, error) {
 		grpc.WithTransportCredentials(creds),
 		// A cut link must end the stream soon, not after TCP's minutes.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: false}),
+		// grpc-go redials on a back-off of its own (to 120 s by default),
+		// and a stream opened meanwhile fails at once with the last dial
+		// error: after a long outage the hub's return went unnoticed for
+		// up to two minutes on top of the uplink's back-off. It is capped
+		// at the uplink's (TestReconnectWithinBackoffMax).
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: cfg.BackoffMin, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.BackoffMax},
+			MinConnectTimeout: 20 * time.Second,
+		}),
 	}
 	if cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{cfg.Token, cfg.TLS != nil}))
