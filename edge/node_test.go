@@ -110,7 +110,7 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 	mosq := testbroker.Start(t)
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
-	const addr = "127.0.0.1:19471"
+	addr := freeAddr(t)
 	const diskCap = 3 << 10
 	cfg := edge.NodeConfig{EdgeID: "cap", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond, DiskCap: diskCap,
@@ -141,6 +141,22 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Restarted at the cap, the node subscribes: the broker sends the held
+	// messages before the SUBACK, and holding them held the SUBACK too
+	// (the source reconnected every 10 s, never subscribed).
+	stop = runNode(t, cfg)
+	deadline = time.Now().Add(8 * time.Second)
+	for metric(t, addr, "runnel_edge_mqtt_connected") != "1" {
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatal("a node restarted at the disk cap did not subscribe")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
 	cfg.DiskCap, cfg.HTTPAddr = 0, ""
 	stop = runNode(t, cfg)
 	time.Sleep(2 * time.Second)
@@ -161,7 +177,8 @@ func TestIngestLagHoldsMessagesAtBroker(t *testing.T) {
 	mosq := testbroker.Start(t)
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
-	const addr, maxLag = "127.0.0.1:19473", 50
+	addr := freeAddr(t)
+	const maxLag = 50
 	cfg := edge.NodeConfig{EdgeID: "lag", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond, MaxLag: maxLag,
 		HTTPAddr: addr, NoSync: true}
@@ -213,7 +230,8 @@ func TestSideOutputsYieldAtDiskCap(t *testing.T) {
 	mosq := testbroker.Start(t)
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
-	const addr, diskCap, sideMax = "127.0.0.1:19474", 64 << 10, 24 << 10
+	addr := freeAddr(t)
+	const diskCap, sideMax = 64 << 10, 24 << 10
 	cfg := edge.NodeConfig{EdgeID: "yield", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond, DiskCap: diskCap,
 		SideOutputs: edge.SideOutputs{MaxBytes: sideMax}, IngestLog: ingestlog.Options{SegmentSize: 4 << 10},
@@ -318,7 +336,7 @@ func TestDiskCapDropRaw(t *testing.T) {
 	mosq := testbroker.Start(t)
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
-	const addr = "127.0.0.1:19472"
+	addr := freeAddr(t)
 	cfg := edge.NodeConfig{EdgeID: "drop", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: time.Hour, DiskCap: 4 << 10,
 		DropAtCap: true, HTTPAddr: addr, NoSync: true}

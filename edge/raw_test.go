@@ -121,7 +121,7 @@ func TestRawArchiveLane(t *testing.T) {
 	mosq := testbroker.Start(t)
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
-	const addr = "127.0.0.1:19481"
+	addr := freeAddr(t)
 	st := objstore.NewMem()
 	cfg := edge.NodeConfig{EdgeID: "raw-1", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond,
@@ -165,7 +165,7 @@ func TestRawArchiveYields(t *testing.T) {
 	mosq := testbroker.Start(t)
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
-	const addr = "127.0.0.1:19482"
+	addr := freeAddr(t)
 	st := objstore.NewMem()
 	storeDown(st, true)
 	cfg := edge.NodeConfig{EdgeID: "raw-2", DataDir: data, Pipelines: []*operators.Pipeline{p},
@@ -236,7 +236,7 @@ func TestIdleEdgeWritesNothing(t *testing.T) {
 	mosq := testbroker.Start(t)
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
-	const addr = "127.0.0.1:19483"
+	addr := freeAddr(t)
 	cfg := edge.NodeConfig{EdgeID: "idle", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond, HTTPAddr: addr}
 	stop := runNode(t, cfg)
@@ -274,7 +274,7 @@ func TestRawArchiveTopics(t *testing.T) {
 	mosq := testbroker.Start(t)
 	data := t.TempDir()
 	p := compileSpec(t, countSpec)
-	const addr = "127.0.0.1:19484"
+	addr := freeAddr(t)
 	st := objstore.NewMem()
 	cfg := edge.NodeConfig{EdgeID: "raw-4", DataDir: data, Pipelines: []*operators.Pipeline{p},
 		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 20 * time.Millisecond,
