@@ -611,15 +611,6 @@ func (n *node) handle(b *mqtt.Batch) {
 			return
 		}
 		b.Messages, b.Acks = b.Messages[i:], tail
-		if src := n.status.src.Load(); src == nil || !src.Connected() {
-			// Not subscribed yet: a resumed session's messages come
-			// before the SUBACK, which the source reads only after this
-			// batch, so holding them would hold the SUBACK too and the
-			// source would reconnect for ever. They are taken, past the
-			// cap by at most the broker's in-flight window.
-			bounded = false
-			continue
-		}
 		n.waitForRoom()
 		select {
 		case <-n.closing:
