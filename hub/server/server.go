@@ -238,10 +238,6 @@ func New(core Core, cfg Config) (*Server, error) {
 		// more than an edge's uplink needs.
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
-		// A connection's 32 KiB write buffer goes back to a pool after
-		// each flush: most of 10,000 edges' connections are idle most of
-		// the time.
-		grpc.SharedWriteBuffer(true),
 	}
 	grpcOpts := opts
 	if grpcTLS != nil {
