@@ -213,11 +213,6 @@ type keyEntry struct{ k, v []byte }
 // ofKey reports whether entry key ek belongs to record key key (a slice's
 // partial, versions or sessions: window.RecordKey).
 func ofKey(ek, key []byte) bool {
-	switch {
-	case len(ek) == 9+len(key) && ek[0] == 's':
-		return string(ek[9:]) == string(key)
-	case len(ek) == 1+len(key) && (ek[0] == 'v' || ek[0] == 'x'):
-		return string(ek[1:]) == string(key)
-	}
-	return false
+	rk := window.RecordKey(ek)
+	return rk != nil && bytes.Equal(rk, key)
 }

@@ -158,22 +158,6 @@ func errBadState(path, bucket string, key []byte, format string, args ...any) er
 // decodeOps plays the operations of one op record chunk body onto f.
 // It returns a description of what was wrong, or "".
 func decodeOps(b []byte, f *folder) string {
-	return eachOp(b, func(op byte, k, v []byte) {
-		switch op {
-		case opPut:
-			f.put(k, v)
-		case opDelete:
-			f.del(k)
-		default:
-			f.delPrefix(k)
-		}
-	})
-}
-
-// eachOp calls fn with the operations of one op record chunk body, in
-// order (v is nil but for puts). It returns a description of what was
-// wrong, or "".
-func eachOp(b []byte, fn func(op byte, k, v []byte)) string {
 	for len(b) > 0 {
 		op := b[0]
 		if op != opPut && op != opDelete && op != opDeletePrefix {
@@ -184,14 +168,19 @@ func eachOp(b []byte, fn func(op byte, k, v []byte)) string {
 			return "truncated key"
 		}
 		b = rest
-		var v []byte
-		if op == opPut {
-			if v, rest, ok = cutBytes(b); !ok {
+		switch op {
+		case opPut:
+			v, rest, ok := cutBytes(b)
+			if !ok {
 				return "truncated value"
 			}
 			b = rest
+			f.put(k, v)
+		case opDelete:
+			f.del(k)
+		default:
+			f.delPrefix(k)
 		}
-		fn(op, k, v)
 	}
 	return ""
 }

@@ -277,12 +277,11 @@ func (n *node) commitSide(d *sideDelta, now time.Time) {
 	if d.full {
 		n.side.full.Store(now.UnixMilli())
 	}
-	if d.yielded > 0 && now.UnixMilli()-n.side.yieldWarned.Swap(now.UnixMilli()) >= time.Minute.Milliseconds() {
-		n.side.yielded.Add(d.yielded)
-		n.lg.Warn("edge: disk cap reached; side output entries deleted, oldest first, to leave the room to the aggregates",
-			"deleted", d.yielded, "yielded_total", n.side.yielded.Load(), "logged", "once a minute")
-	} else {
-		n.side.yielded.Add(d.yielded)
+	n.side.yielded.Add(d.yielded)
+	if d.yielded > 0 && now.UnixMilli()-n.side.yieldWarned.Load() >= time.Minute.Milliseconds() {
+		n.side.yieldWarned.Store(now.UnixMilli())
+		n.lg.Warn("edge: disk cap reached; side output entries deleted, oldest first, to leave the room to the aggregates (logged once a minute)",
+			"deleted", d.yielded, "yielded_total", n.side.yielded.Load())
 	}
 }
 

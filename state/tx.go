@@ -181,8 +181,18 @@ func (b *Bucket) ForEach(start []byte, fn func(key, value []byte) error) error {
 // there. fn runs outside it, so that a panic of the caller's own stays the
 // caller's.
 func (b *Bucket) step(c *bolt.Cursor, start []byte, first bool) (k, v []byte, err error) {
+	k, rec, err := b.move(c, start, first)
+	if k == nil || err != nil {
+		return nil, nil, err
+	}
+	v, err = b.decode(k, rec)
+	return k, v, err
+}
+
+// move moves c to start (first) or to the next key and returns the key and
+// its record, undecoded; a nested bucket there is corruption.
+func (b *Bucket) move(c *bolt.Cursor, start []byte, first bool) (k, rec []byte, err error) {
 	defer rethrowBolt()
-	var rec []byte
 	switch {
 	case !first:
 		k, rec = c.Next()
@@ -191,14 +201,10 @@ func (b *Bucket) step(c *bolt.Cursor, start []byte, first bool) (k, v []byte, er
 	default:
 		k, rec = c.Seek(start)
 	}
-	if k == nil {
-		return nil, nil, nil
-	}
-	if rec == nil {
+	if k != nil && rec == nil {
 		return nil, nil, corruptf("state: system bucket %q: nested bucket %x where only records belong", b.name, k)
 	}
-	v, err = b.decode(k, rec)
-	return k, v, err
+	return k, rec, nil
 }
 
 // ForEachRecord calls fn for every key from start on, in key order, with
@@ -215,15 +221,13 @@ func (b *Bucket) ForEachRecord(start []byte, fn func(key []byte, r Record) error
 		return nil
 	}
 	c := b.b.Cursor()
-	for k, rec := b.seek(c, start); k != nil; k, rec = b.next(c) {
-		if rec == nil {
-			return corruptf("state: system bucket %q: nested bucket %x where only records belong", b.name, k)
-		}
+	k, rec, err := b.move(c, start, true)
+	for ; k != nil && err == nil; k, rec, err = b.move(c, nil, false) {
 		if err := fn(k, Record{b, k, rec}); err != nil {
 			return err
 		}
 	}
-	return nil
+	return err
 }
 
 // Record is a record of a Bucket that ForEachRecord found; valid like the
@@ -248,19 +252,6 @@ func (r Record) Unchecked() []byte {
 		return nil
 	}
 	return r.rec[recordHeaderSize:]
-}
-
-func (b *Bucket) seek(c *bolt.Cursor, start []byte) (k, rec []byte) {
-	defer rethrowBolt()
-	if start == nil {
-		return c.First()
-	}
-	return c.Seek(start)
-}
-
-func (b *Bucket) next(c *bolt.Cursor) (k, rec []byte) {
-	defer rethrowBolt()
-	return c.Next()
 }
 
 // DeleteBucket deletes the system bucket called name with everything in
