@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -106,9 +108,14 @@ func benchEdgeIngest(b *testing.B, devices int) {
 	}
 	b.Run("receiver=runnel-edge", func(b *testing.B) {
 		dir := b.TempDir()
-		bin := filepath.Join(dir, "runnel-edge")
-		if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
-			b.Fatalf("build: %v\n%s", err, out)
+		// RUNNEL_BENCH_EDGE_BIN runs a binary built elsewhere (another
+		// commit's, for runs side by side).
+		bin := os.Getenv("RUNNEL_BENCH_EDGE_BIN")
+		if bin == "" {
+			bin = filepath.Join(dir, "runnel-edge")
+			if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
+				b.Fatalf("build: %v\n%s", err, out)
+			}
 		}
 		spec := filepath.Join(dir, "bench.yaml")
 		os.WriteFile(spec, []byte(benchEdgeSpec), 0o644)
@@ -136,6 +143,21 @@ func benchEdgeIngest(b *testing.B, devices int) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		// RUNNEL_BENCH_PROFILE=FILE writes a 6 s CPU profile of the edge,
+		// from 1 s into the stream, to FILE.devices=N (-benchtime 400x or
+		// more lasts long enough).
+		if f := os.Getenv("RUNNEL_BENCH_PROFILE"); f != "" {
+			go func() {
+				time.Sleep(time.Second)
+				resp, err := http.Get("http://127.0.0.1:19481/debug/pprof/profile?seconds=6")
+				if err != nil {
+					return
+				}
+				defer resp.Body.Close()
+				data, _ := io.ReadAll(resp.Body)
+				os.WriteFile(fmt.Sprintf("%s.devices=%d", f, devices), data, 0o644)
+			}()
+		}
 		stream(b, m.HostPort(), cmd.Process.Pid, func(sent int) {
 			// Scrapes cost the edge CPU too: only after the stream, every
 			// 20 ms (a coarser poll would add its overshoot to its time).
@@ -161,6 +183,21 @@ func benchEdgeIngest(b *testing.B, devices int) {
 		out := bufio.NewScanner(stdout)
 		if !out.Scan() || out.Text() != "subscribed" {
 			b.Fatalf("bare subscriber: %q", out.Text())
+		}
+		// RUNNEL_BENCH_PROFILE=FILE writes a 6 s CPU profile of the edge,
+		// from 1 s into the stream, to FILE.devices=N (-benchtime 400x or
+		// more lasts long enough).
+		if f := os.Getenv("RUNNEL_BENCH_PROFILE"); f != "" {
+			go func() {
+				time.Sleep(time.Second)
+				resp, err := http.Get("http://127.0.0.1:19481/debug/pprof/profile?seconds=6")
+				if err != nil {
+					return
+				}
+				defer resp.Body.Close()
+				data, _ := io.ReadAll(resp.Body)
+				os.WriteFile(fmt.Sprintf("%s.devices=%d", f, devices), data, 0o644)
+			}()
 		}
 		stream(b, m.HostPort(), cmd.Process.Pid, func(sent int) {
 			fmt.Fprintln(stdin, sent)

@@ -115,6 +115,17 @@ func (n *node) registry() *prometheus.Registry {
 			Help:        "Bytes of values checkpoints stored in the state file, by part (state: operator state changes; compaction: the bases compaction rewrote; outbox: results for the uplink and outputs; side: late records and dead letters).",
 			ConstLabels: prometheus.Labels{"edge": n.cfg.EdgeID, "part": c.part}}, func() float64 { return float64(c.v.Load()) }))
 	}
+	for _, from := range []string{"memory", "file"} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runnel_edge_ingest_log_frames_read_total",
+			Help:        "Ingest log frames (group commits) the pump and replays read: from memory (the block just committed, which a pump keeping up takes without reading the file back) or from the segment files (recovery, a replay, a pump behind).",
+			ConstLabels: prometheus.Labels{"edge": n.cfg.EdgeID, "from": from}}, func() float64 {
+			mem, file := n.log.FramesRead()
+			if from == "memory" {
+				return float64(mem)
+			}
+			return float64(file)
+		}))
+	}
 	gauge("runnel_edge_ingest_log_bytes", "Bytes of ingest log segments on disk.", func() float64 { return float64(n.log.Size()) })
 	gauge("runnel_edge_outbox_next_seq", "Sequence number of the next outbox entry.", func() float64 {
 		return float64(n.lastSeq.Load())

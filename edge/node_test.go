@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +60,23 @@ func metricValue(addr, name string) string {
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(line, name+"{") {
 			return line[strings.LastIndexByte(line, ' ')+1:]
+		}
+	}
+	return ""
+}
+
+// metricLabelled reads one series, named with its labels, from a node's
+// /metrics ("" when absent).
+func metricLabelled(addr, series string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
 		}
 	}
 	return ""
@@ -203,6 +221,80 @@ func TestIngestLagHoldsMessagesAtBroker(t *testing.T) {
 	}
 	if total := latestCount(t, p, data, `{"dev":"a"}`); total != n {
 		t.Fatalf("counted %d readings, want %d", total, n)
+	}
+}
+
+// TestPumpFeedsFromMemory: a pump that keeps up takes each group commit's
+// records from memory, as the committer wrote them, and reads the ingest
+// log's files back only when it is behind (here, while a gate holds it).
+func TestPumpFeedsFromMemory(t *testing.T) {
+	mosq := testbroker.Start(t)
+	data := t.TempDir()
+	p := compileSpec(t, countSpec)
+	addr := freeAddr(t)
+	cfg := edge.NodeConfig{EdgeID: "mem", DataDir: data, Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, HTTPAddr: addr, NoSync: true}
+	gate := make(chan struct{})
+	var held atomic.Bool
+	relay := make(chan struct{})
+	go func() { // the pump's gate: open, or closed while held
+		for {
+			if held.Load() {
+				<-gate
+				held.Store(false)
+			}
+			select {
+			case relay <- struct{}{}:
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	edge.SetPumpGate(&cfg, relay)
+	stop := runNode(t, cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	frames := func() (mem, file int) {
+		mem, _ = strconv.Atoi(metricLabelled(addr, `runnel_edge_ingest_log_frames_read_total{edge="mem",from="memory"}`))
+		file, _ = strconv.Atoi(metricLabelled(addr, `runnel_edge_ingest_log_frames_read_total{edge="mem",from="file"}`))
+		return mem, file
+	}
+	waitIn := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for metric(t, addr, "runnel_edge_records_in_total") != strconv.Itoa(want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("records in %s, want %d", metric(t, addr, "runnel_edge_records_in_total"), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	const n = 40
+	for i := range n { // one at a time: a group commit each
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d}`, i, 1000+i), 1)
+		waitIn(i + 1)
+	}
+	mem, file := frames()
+	if mem < n*3/4 || file > n/4 {
+		t.Fatalf("keeping up: %d frames read from memory, %d from the files; want most of %d from memory", mem, file, n)
+	}
+	held.Store(true)
+	for i := n; i < 2*n; i++ { // apart: group commits of their own while the pump waits
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d}`, i, 1000+i), 1)
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(gate)
+	waitIn(2 * n)
+	if _, file2 := frames(); file2 == file {
+		t.Fatalf("behind: no frame read from the files (%d from memory before, %d from the files)", mem, file)
+	}
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1) // closes the window
+	waitIn(2*n + 1)
+	time.Sleep(300 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if total := latestCount(t, p, data, `{"dev":"a"}`); total != 2*n {
+		t.Fatalf("counted %d readings, want %d", total, 2*n)
 	}
 }
 

@@ -123,6 +123,7 @@ func (l *Log) commit() error {
 	}
 	block, first, n := l.pend, l.pendFirst, l.pendCount
 	l.pend, l.spare = l.spare[:frameHeaderSize], nil
+	l.last.valid = false // Append refills its buffer from now on
 	l.pendFirst += Position(n)
 	l.pendCount = 0
 	l.inflight = len(block) - frameHeaderSize
@@ -134,6 +135,10 @@ func (l *Log) commit() error {
 	l.mu.Lock()
 	l.spare = block[:0]
 	l.inflight = 0
+	if err == nil {
+		l.last = lastBlock{valid: true, seg: seg, off: off, length: int64(len(frame) - frameHeaderSize),
+			first: first, count: n, records: block[frameHeaderSize:]}
+	}
 	if err != nil {
 		l.err = err
 		l.broadcastLocked()

@@ -44,8 +44,13 @@
 //   - Only one write is ever unsynced: a commit's write is fsynced before the
 //     next write or the next segment begins. Hence after a power loss only
 //     the last frame of the last segment can be torn.
-//   - A Reader returns durable records only, each once, in order, and
-//     verifies every frame's CRCs again as it reads.
+//   - A Reader returns durable records only, each once, in order. A frame
+//     it reads from a file has its CRCs verified again; the frame the
+//     committer wrote last, if the Reader needs it next, it copies from the
+//     committer's block in memory instead (the records as they were written,
+//     before compression), for as long as that block is not being refilled:
+//     a reader that keeps up, such as the edge's pump, then never reads the
+//     file back (FramesRead counts both).
 //   - Nothing on disk is ever overwritten; bytes are only appended, and cut
 //     off by Open's repair of a torn tail.
 //

@@ -59,8 +59,26 @@ type Log struct {
 	closeErr  error         // what Close returns, set before done is closed
 	wake      chan struct{} // closed and cleared at each state change; see wakeLocked
 	segs      []*segment    // oldest first; the last is the active segment
+	last      lastBlock     // the block the committer wrote last, while spare holds it
+
+	// Frames Readers took from memory (the last block) and from the files.
+	framesFromMemory, framesFromFile atomic.Uint64
 
 	deleteMu sync.Mutex // serialises DeleteBefore
+}
+
+// lastBlock is where the committer's last block went: a Reader that
+// needs that frame next copies its records from memory rather than read
+// them back from the file. It is valid from the end of its commit until
+// the next commit takes the buffer (spare) for Append to refill.
+type lastBlock struct {
+	valid   bool
+	seg     *segment
+	off     int64 // the frame's offset in seg
+	length  int64 // the frame's stored length, header excluded
+	first   Position
+	count   int
+	records []byte // the frame's records, uncompressed; aliases spare
 }
 
 // segment is what the log knows about one segment file. Guarded by Log.mu;

@@ -15,8 +15,9 @@ const readAhead = 256 << 10
 // Reader reads records in position order from a starting position up to the
 // durable end, and further as the log grows. It reads the files on its own
 // handles, so it may run while Append and the committer carry on, and it
-// keeps working after the Log is closed for what was durable by then. A
-// Reader is not safe for concurrent use.
+// keeps working after the Log is closed for what was durable by then; the
+// frame the committer has just written it takes from memory. A Reader is
+// not safe for concurrent use.
 type Reader struct {
 	l    *Log
 	seg  *segment
@@ -31,7 +32,8 @@ type Reader struct {
 	frameOff int64    // offset of the frame it reads, for errors
 
 	inf inflater
-	err error // sticky: damage or a read error
+	mem []byte // records of the last block, copied from memory
+	err error  // sticky: damage or a read error
 }
 
 // NewReader returns a Reader whose first record is the one at from. from
@@ -55,6 +57,14 @@ func (l *Log) NewReader(from Position) (*Reader, error) {
 		return nil, fmt.Errorf("ingestlog: read from position %d: %w", from, deletedErr(err))
 	}
 	return &Reader{l: l, seg: seg, f: f, win: window{f: f, ahead: readAhead}, off: off, next: next, skip: from, pos: next}, nil
+}
+
+// FramesRead returns how many frames the Log's Readers have taken from
+// memory (the block the committer wrote last, which a Reader at the
+// durable end gets without reading the file back) and from the files (a
+// Reader behind: recovery, a replay, a pump that fell behind).
+func (l *Log) FramesRead() (memory, file uint64) {
+	return l.framesFromMemory.Load(), l.framesFromFile.Load()
 }
 
 // deletedErr marks a segment that vanished between the lookup and the open
@@ -121,6 +131,18 @@ func (r *Reader) Next() (rec []byte, pos Position, err error) {
 func (r *Reader) loadFrame() error {
 	l := r.l
 	l.mu.Lock()
+	if b := &l.last; b.valid && b.seg == r.seg && b.off == r.off && b.first == r.next {
+		// The frame the committer has just written: its records are
+		// still in memory, as written (no read, no check, no inflate).
+		r.mem = append(r.mem[:0], b.records...)
+		r.it = blockIter{rest: r.mem, left: uint32(b.count)}
+		r.pos, r.frameOff = b.first, b.off
+		r.off += frameHeaderSize + b.length
+		r.next += Position(b.count)
+		l.mu.Unlock()
+		l.framesFromMemory.Add(1)
+		return nil
+	}
 	limit := r.seg.size
 	var nextSeg *segment
 	if r.off >= limit {
@@ -172,6 +194,7 @@ func (r *Reader) loadFrame() error {
 			return corrupt(r.seg.name, r.off, "zstd block: %v", err)
 		}
 	}
+	l.framesFromFile.Add(1)
 	r.it = blockIter{rest: block, left: h.count}
 	r.pos = h.first
 	r.frameOff = r.off
