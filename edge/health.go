@@ -94,8 +94,8 @@ func (n *node) health(now time.Time) health.Report {
 		add("checkpoint", health.OK, "")
 	}
 
-	used := fmt.Sprintf("ingest log %d + outbox %d + side outputs %d of %d bytes",
-		n.log.Size(), n.status.outboxBytes.Load(), n.side.bytes.Load(), n.cfg.DiskCap)
+	used := fmt.Sprintf("ingest log %d + state file %d (outbox %d, side outputs %d) of %d bytes",
+		n.log.Size(), n.stateBytes(), n.status.outboxBytes.Load(), n.side.bytes.Load(), n.cfg.DiskCap)
 	switch {
 	case n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap && n.cfg.DropAtCap:
 		add("disk", health.Degraded, "disk cap reached (%s): incoming messages are dropped (disk_cap.policy drop_raw), %d so far",

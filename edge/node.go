@@ -825,16 +825,21 @@ func (n *node) dropAtCap(count int) {
 	}
 }
 
-// diskUsed is what counts toward the disk cap: the ingest log, the outbox
-// and the side outputs. The lanes yield in priority order as it nears the
-// cap: the raw archive first (segments a checkpoint covers are deleted
-// unarchived once the next segment would not fit, raw.go), then the side
-// outputs (each checkpoint bounds them to the room the log and the outbox
-// leave, oldest first, boundSide), and the aggregates never: at the cap the
-// handler holds messages at the broker.
+// diskUsed is what counts toward the disk cap: the ingest log's segments
+// and what the state file holds (the outbox, the side outputs, the
+// operators' state, and bbolt's own pages: the file's pages less its free
+// ones, as of the last commit). The lanes yield in priority order as it
+// nears the cap: the raw archive first (segments a checkpoint covers are
+// deleted unarchived once the next segment would not fit, raw.go), then
+// the side outputs (each checkpoint bounds them to the room the rest
+// leaves, oldest first, boundSide), and the aggregates never: at the cap
+// the handler holds messages at the broker.
 func (n *node) diskUsed() int64 {
-	return n.log.Size() + n.status.outboxBytes.Load() + n.side.bytes.Load()
+	return n.log.Size() + n.stateBytes()
 }
+
+// stateBytes is what the state file holds, as of the last commit.
+func (n *node) stateBytes() int64 { return n.store.WriteStats().DataBytes }
 
 // sideQueueLen bounds the side output lines waiting for mqtt outputs.
 const sideQueueLen = 1024

@@ -162,8 +162,8 @@ func (d *sideDelta) put(b *state.Bucket, i int, k, v []byte) error {
 //
 // Under a disk cap the side outputs also yield to the aggregates: their
 // bound is at most the room the cap leaves beside the ingest log and the
-// outbox (with outboxAdded, what tx adds to it), and entries deleted for
-// that are counted as yielded.
+// rest of the state file (with outboxAdded, what tx adds to the outbox),
+// and entries deleted for that are counted as yielded.
 func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time, outboxAdded int64) error {
 	maxBytes, maxAge := n.sideLimits()
 	oldest := int64(-1) // the age bound: entries committed before it go
@@ -172,7 +172,10 @@ func (n *node) boundSide(tx *state.Tx, d *sideDelta, now time.Time, outboxAdded 
 	}
 	ownBound := maxBytes
 	if n.cfg.DiskCap > 0 {
-		room := n.cfg.DiskCap - n.log.Size() - n.status.outboxBytes.Load() - outboxAdded
+		// The state file's pages but the side outputs' own values: the
+		// rest of the state file (outbox, operator state, bbolt's pages)
+		// and what tx adds to the outbox come first.
+		room := n.cfg.DiskCap - n.log.Size() - (n.stateBytes() - n.side.bytes.Load()) - outboxAdded
 		maxBytes = max(min(maxBytes, room), 0)
 	}
 	excess := n.side.bytes.Load() + d.bytes - maxBytes

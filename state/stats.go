@@ -3,6 +3,8 @@ package state
 import (
 	"os"
 	"sync/atomic"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // WriteStats counts what a Store's Updates wrote to its file since Open, as
@@ -26,12 +28,18 @@ type WriteStats struct {
 	FreePages int
 	// FileBytes is the length of the file after the last commit.
 	FileBytes int64
+	// DataBytes is what the file holds after the last commit: its pages up
+	// to the high-water mark (every page bbolt has written; the length past
+	// it is growth made ahead, not yet written) less the free pages, which
+	// later commits reuse before the file grows. It is what counts toward a
+	// disk cap: the file never shrinks, but its free pages are room.
+	DataBytes int64
 }
 
 // writeCounters accumulate WriteStats; Updates run one at a time, but
 // WriteStats may be read from any goroutine.
 type writeCounters struct {
-	commits, bytes, freelist, freePages, fileBytes atomic.Int64
+	commits, bytes, freelist, freePages, fileBytes, dataBytes atomic.Int64
 }
 
 // countCommit adds one committed Update. It runs after bbolt's Update
@@ -48,6 +56,10 @@ func (s *Store) countCommit() {
 	if fi, err := os.Stat(s.path); err == nil {
 		s.wc.fileBytes.Store(fi.Size())
 	}
+	var hwm int64
+	if s.db.View(func(tx *bolt.Tx) error { hwm = tx.Size(); return nil }) == nil {
+		s.wc.dataBytes.Store(max(hwm-int64(st.FreePageN+st.PendingPageN)*ps, 0))
+	}
 }
 
 // WriteStats returns what the store's Updates have written since Open.
@@ -58,5 +70,6 @@ func (s *Store) WriteStats() WriteStats {
 		FreelistBytes: s.wc.freelist.Load(),
 		FreePages:     int(s.wc.freePages.Load()),
 		FileBytes:     s.wc.fileBytes.Load(),
+		DataBytes:     s.wc.dataBytes.Load(),
 	}
 }

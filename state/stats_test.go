@@ -80,3 +80,47 @@ func TestFillSequential(t *testing.T) {
 	}
 	t.Logf("sequential fill wrote %d bytes (file %d), the default %d (file %d)", full.Bytes, full.FileBytes, half.Bytes, half.FileBytes)
 }
+
+// TestDataBytes: what the file holds grows with the values put and falls
+// when they are deleted, though the file keeps its length: its free pages
+// are room for what comes next.
+func TestDataBytes(t *testing.T) {
+	s, _ := tempStore(t, testOpts(4))
+	put := func(del bool) {
+		t.Helper()
+		if err := s.Update(func(tx *state.Tx) error {
+			b, err := tx.Bucket("b")
+			if err != nil {
+				return err
+			}
+			for i := range 256 {
+				var k [8]byte
+				binary.BigEndian.PutUint64(k[:], uint64(i))
+				if del {
+					err = b.Delete(k[:])
+				} else {
+					err = b.Put(k[:], make([]byte, 4096))
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty := s.WriteStats()
+	put(false)
+	full := s.WriteStats()
+	if grew := full.DataBytes - empty.DataBytes; grew < 1<<20 || full.DataBytes > full.FileBytes {
+		t.Fatalf("1 MiB of values put: data %d -> %d bytes (file %d)", empty.DataBytes, full.DataBytes, full.FileBytes)
+	}
+	put(true)
+	put(true) // a second commit: the pages the first freed are free now, not pending
+	gone := s.WriteStats()
+	if gone.DataBytes-empty.DataBytes > 64<<10 || gone.FileBytes < full.FileBytes {
+		t.Fatalf("all deleted: data %d bytes (%d empty, %d full), file %d bytes (%d full)",
+			gone.DataBytes, empty.DataBytes, full.DataBytes, gone.FileBytes, full.FileBytes)
+	}
+}

@@ -117,7 +117,7 @@ dead_letter: {file: {path: %s}}
 			case <-time.After(50 * time.Millisecond):
 			}
 			m := scrape(edgeHTTP)
-			worst = max(worst, m["runnel_edge_ingest_log_bytes"]+m["runnel_edge_outbox_bytes"]+m["runnel_edge_side_output_bytes"])
+			worst = max(worst, m["runnel_edge_disk_used_bytes"])
 		}
 	}()
 
