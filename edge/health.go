@@ -82,7 +82,9 @@ func (n *node) health(now time.Time) health.Report {
 		add("ingest", health.OK, "")
 	}
 
-	if s := n.status.src.Load(); s == nil || !s.Connected() {
+	if s := n.status.src.Load(); s != nil && s.Stats().Held {
+		add("broker", health.Degraded, "not connected while the disk cap holds messages: the broker keeps them until there is room")
+	} else if s == nil || !s.Connected() {
 		add("broker", health.Failing, "the MQTT source is not connected to the broker")
 	} else {
 		add("broker", health.OK, "")

@@ -219,6 +219,18 @@ func (n *node) registry() *prometheus.Registry {
 		}
 		return 0
 	})
+	gauge("runnel_edge_mqtt_held", "1 while the MQTT source does not connect because the disk cap holds messages (the broker keeps them).", func() float64 {
+		if s := n.status.src.Load(); s != nil && s.Stats().Held {
+			return 1
+		}
+		return 0
+	})
+	counter("runnel_edge_mqtt_connects_total", "Connections the MQTT source made to a broker.", func() float64 {
+		if s := n.status.src.Load(); s != nil {
+			return float64(s.Stats().Connects)
+		}
+		return 0
+	})
 	if n.cfg.Snapshots != nil {
 		n.snapshotMetrics(gauge, counter)
 	}

@@ -503,6 +503,11 @@ func (n *node) run(ctx context.Context) error {
 	}
 	if brk == nil {
 		mc.Topics = subs
+		if !cfg.DropAtCap {
+			// At the disk cap a new connection would leave its SUBACK
+			// unread behind the first batch the handler holds.
+			mc.Hold = func() bool { return n.hold() == holdDisk }
+		}
 	}
 	mc.MaxMessage = n.maxRecord // a longer payload is kept as an oversized record's start
 	if mc.Logger == nil {

@@ -104,6 +104,15 @@ type Config struct {
 	// (Message.Size says how long it was) and the rest skipped. Default
 	// 1 MiB.
 	MaxMessage int
+	// Hold, when set, is asked before each connection attempt: while it
+	// says true the source does not connect, and asks again every
+	// holdPoll. A handler that holds messages (the edge at its disk cap)
+	// sets it: on a resumed session the broker sends the queued messages
+	// right after CONNACK, the handler holds the first batch, the reader
+	// with it, and the SUBACK behind that batch is never read, so the
+	// connection would fail and be made again, each time with the broker
+	// resending its in-flight window. Held, the broker keeps queueing.
+	Hold func() bool
 	// Logger receives connection events. Default slog.Default().
 	Logger *slog.Logger
 }

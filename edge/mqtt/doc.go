@@ -41,7 +41,9 @@
 //     deduplicated downstream (DESIGN.md, "Exactly-once"); others are not.
 //   - Start does not wait for the broker; the source reconnects with a
 //     jittered exponential back-off (ConnectRetryMin to ConnectRetryMax)
-//     for as long as it runs, and resubscribes on every connection.
+//     for as long as it runs, and resubscribes on every connection. With
+//     Config.Hold it does not connect while Hold says so: a handler that
+//     holds messages would leave the SUBACK behind the first batch unread.
 //   - Close lets the running handler call return, disconnects with a
 //     normal DISCONNECT (the broker keeps the session) and waits for every
 //     goroutine the source started.
