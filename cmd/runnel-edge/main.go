@@ -249,6 +249,9 @@ func run(ctx context.Context, args, environ []string) error {
 	}
 	if c.MemoryLimit > 0 {
 		debug.SetMemoryLimit(c.MemoryLimit)
+		if c.State.MaxResidentKeys == 0 {
+			lg.Info("runnel-edge: window keys in memory bounded from memory_limit", "memory_limit", c.MemoryLimit, "max_resident_keys", nc.Runtime.MaxResident)
+		}
 	}
 	// A second signal, or the shutdown timeout, ends a drain that hangs.
 	go func() {
@@ -277,7 +280,7 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 			Sync:        map[config.SyncMode]ingestlog.SyncPolicy{config.SyncGroup: ingestlog.SyncGroup, config.SyncAlways: ingestlog.SyncAlways, config.SyncNever: ingestlog.SyncNever}[c.IngestLog.Sync],
 			Compression: map[config.Compression]ingestlog.Compression{config.CompressionNone: ingestlog.CompressionNone, config.CompressionZstd: ingestlog.CompressionZstd}[c.IngestLog.Compression],
 		},
-		Runtime:     operators.Options{DedupWindow: c.Dedup.IDs, MaxResident: c.State.MaxResidentKeys},
+		Runtime:     operators.Options{DedupWindow: c.Dedup.IDs, MaxResident: c.ResidentKeys(len(ps))},
 		DiskCap:     c.DiskCap.Bytes,
 		SideOutputs: edge.SideOutputs{MaxBytes: c.SideOutputs.MaxBytes, MaxAge: c.SideOutputs.MaxAge},
 		HTTPAddr:    c.HTTP.Addr,

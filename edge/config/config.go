@@ -140,6 +140,26 @@ type State struct {
 	MaxResidentKeys int
 }
 
+// residentKeyBytes is what one resident window key is reckoned to cost
+// when the key bound is derived from memory_limit: about 150 bytes of
+// state, its share of the key index and dedup ids, and the collector's
+// headroom.
+const residentKeyBytes = 256
+
+// ResidentKeys is the bound on the window keys each of pipelines keeps in
+// memory: state.max_resident_keys when set; else, with memory_limit set, a
+// third of the limit shared among the pipelines at residentKeyBytes a key
+// (at least 1,000 each); else 0, no bound.
+func (c *Config) ResidentKeys(pipelines int) int {
+	switch {
+	case c.State.MaxResidentKeys > 0:
+		return c.State.MaxResidentKeys
+	case c.MemoryLimit <= 0:
+		return 0
+	}
+	return max(int(c.MemoryLimit/3/residentKeyBytes)/max(pipelines, 1), 1000)
+}
+
 // RawArchive configures the raw archive lane (edge.RawArchive).
 type RawArchive struct {
 	Store            string   // URL; empty: off

@@ -1032,3 +1032,27 @@ func TestUplinkClientCert(t *testing.T) {
 		t.Errorf("two problems: %v", err)
 	}
 }
+
+// TestResidentKeys: state.max_resident_keys when set; else a third of
+// memory_limit at 256 bytes a key, shared among the pipelines; else none.
+func TestResidentKeys(t *testing.T) {
+	for _, c := range []struct {
+		limit     int64
+		keys      int
+		pipelines int
+		want      int
+	}{
+		{0, 0, 1, 0},
+		{0, 5000, 2, 5000},
+		{48 << 20, 5000, 2, 5000},
+		{48 << 20, 0, 1, 65536},
+		{48 << 20, 0, 0, 65536},
+		{48 << 20, 0, 4, 16384},
+		{1 << 20, 0, 8, 1000},
+	} {
+		cfg := &Config{MemoryLimit: c.limit, State: State{MaxResidentKeys: c.keys}}
+		if got := cfg.ResidentKeys(c.pipelines); got != c.want {
+			t.Errorf("memory_limit %d, max_resident_keys %d, %d pipelines: %d keys, want %d", c.limit, c.keys, c.pipelines, got, c.want)
+		}
+	}
+}
