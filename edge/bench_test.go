@@ -184,21 +184,6 @@ func benchEdgeIngest(b *testing.B, devices int) {
 		if !out.Scan() || out.Text() != "subscribed" {
 			b.Fatalf("bare subscriber: %q", out.Text())
 		}
-		// RUNNEL_BENCH_PROFILE=FILE writes a 6 s CPU profile of the edge,
-		// from 1 s into the stream, to FILE.devices=N (-benchtime 400x or
-		// more lasts long enough).
-		if f := os.Getenv("RUNNEL_BENCH_PROFILE"); f != "" {
-			go func() {
-				time.Sleep(time.Second)
-				resp, err := http.Get("http://127.0.0.1:19481/debug/pprof/profile?seconds=6")
-				if err != nil {
-					return
-				}
-				defer resp.Body.Close()
-				data, _ := io.ReadAll(resp.Body)
-				os.WriteFile(fmt.Sprintf("%s.devices=%d", f, devices), data, 0o644)
-			}()
-		}
 		stream(b, m.HostPort(), cmd.Process.Pid, func(sent int) {
 			fmt.Fprintln(stdin, sent)
 			if !out.Scan() || out.Text() != "done" {

@@ -49,7 +49,9 @@ func metric(t *testing.T, addr, name string) string {
 	return metricValue(addr, name)
 }
 
-// metricValue reads one metric from a node's /metrics ("" when absent).
+// metricValue reads one metric from a node's /metrics ("" when absent):
+// the first series of name, or, when name carries its labels
+// (name{a="x",b="y"}, in Prometheus's order), that series.
 func metricValue(addr, name string) string {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -57,26 +59,13 @@ func metricValue(addr, name string) string {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	prefix := name + "{"
+	if strings.HasSuffix(name, "}") {
+		prefix = name + " "
+	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+"{") {
+		if strings.HasPrefix(line, prefix) {
 			return line[strings.LastIndexByte(line, ' ')+1:]
-		}
-	}
-	return ""
-}
-
-// metricLabelled reads one series, named with its labels, from a node's
-// /metrics ("" when absent).
-func metricLabelled(addr, series string) string {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			return v
 		}
 	}
 	return ""
@@ -284,8 +273,8 @@ func TestPumpFeedsFromMemory(t *testing.T) {
 	stop := runNode(t, cfg)
 	pub := testbroker.NewPublisher(t, mosq.HostPort())
 	frames := func() (mem, file int) {
-		mem, _ = strconv.Atoi(metricLabelled(addr, `runnel_edge_ingest_log_frames_read_total{edge="mem",from="memory"}`))
-		file, _ = strconv.Atoi(metricLabelled(addr, `runnel_edge_ingest_log_frames_read_total{edge="mem",from="file"}`))
+		mem, _ = strconv.Atoi(metricValue(addr, `runnel_edge_ingest_log_frames_read_total{edge="mem",from="memory"}`))
+		file, _ = strconv.Atoi(metricValue(addr, `runnel_edge_ingest_log_frames_read_total{edge="mem",from="file"}`))
 		return mem, file
 	}
 	waitIn := func(want int) {
