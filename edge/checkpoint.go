@@ -445,6 +445,18 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	if err := n.log.DeleteBefore(del); err != nil {
 		n.lg.Warn("edge: delete ingest log segments", "before", del, "err", err)
 	}
+	if n.status.capBlocked.Load() && n.log.End() <= del && n.log.Size() > n.cfg.DiskCap/64 {
+		// Held at the disk cap with every record behind both
+		// checkpoints: the active segment is what is left, and only a
+		// sealed segment can go.
+		if err := n.log.Seal(context.Background()); err != nil {
+			n.lg.Warn("edge: seal the ingest log's active segment", "err", err)
+		} else if err := n.log.DeleteBefore(del); err != nil {
+			n.lg.Warn("edge: delete ingest log segments", "before", del, "err", err)
+		}
+	}
+	n.logCovered.Store(c.LogPos)
+	n.logFreed.Store(uint64(del))
 	// What this checkpoint read of the file stays mapped otherwise, and the
 	// resident set would grow with the file (see state.Store.ReleasePages).
 	if err := n.store.ReleasePages(); err != nil {

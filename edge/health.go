@@ -102,7 +102,7 @@ func (n *node) health(now time.Time) health.Report {
 	case n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap && n.cfg.DropAtCap:
 		add("disk", health.Degraded, "disk cap reached (%s): incoming messages are dropped (disk_cap.policy drop_raw), %d so far",
 			used, n.status.capDropped.Load())
-	case n.status.capBlocked.Load():
+	case n.status.capBlocked.Load() || n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap:
 		add("disk", health.Degraded, "disk cap reached (%s): messages are held at the broker until checkpoints and the uplink free space", used)
 	default:
 		add("disk", health.OK, "")

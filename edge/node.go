@@ -143,6 +143,12 @@ type node struct {
 	uplinkAckAt atomic.Int64
 	started     time.Time
 
+	// logCovered is the log position the last committed checkpoint
+	// covers; logFreed the bound its segments were deleted before (the
+	// checkpoint before it, or the raw lane's). At the disk cap a
+	// checkpoint more frees the segments between them.
+	logCovered, logFreed atomic.Uint64
+
 	parts chan ckptPart
 	// ckptReqs asks the pump for a checkpoint now; snapReqs the
 	// snapshotter for a snapshot (snapshot.go).
@@ -904,8 +910,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 	barrierPos := next
 	tickBarrier := func() error {
 		// Held at the disk cap with side output entries that could
-		// yield their room: a checkpoint makes them.
-		yield := n.status.capBlocked.Load() && n.side.bytes.Load() > 0
+		// yield their room, or log segments the last checkpoint covers
+		// that the one before did not: a checkpoint frees them.
+		held := n.status.capBlocked.Load()
+		yield := held && (n.side.bytes.Load() > 0 || n.logFreed.Load() < n.logCovered.Load())
 		if next == barrierPos && !yield && n.deletableUpTo() == n.ackCommitted.Load() && n.published.Load() == n.pubCommitted.Load() {
 			n.status.checkpointsSkipped.Add(1)
 			return nil

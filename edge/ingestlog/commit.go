@@ -22,6 +22,13 @@ func (l *Log) run() {
 	for {
 		select {
 		case <-l.kick:
+		case done := <-l.seal:
+			err := l.sealActive()
+			done <- err
+			if err != nil {
+				<-l.stop
+				return
+			}
 		case <-l.stop:
 			l.drain()
 			return
@@ -68,6 +75,39 @@ func (l *Log) ready(now time.Time) (bool, time.Duration) {
 		return true, 0
 	}
 	return false, wait
+}
+
+// sealActive commits what is buffered and starts a new segment after the
+// active one, unless that holds no frame. Only the committer calls it.
+func (l *Log) sealActive() error {
+	for {
+		l.mu.Lock()
+		n, err := l.pendCount, l.err // closed: the records are still drained
+		l.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		if err := l.commit(); err != nil {
+			return err
+		}
+	}
+	if l.written <= segHeaderSize {
+		return nil
+	}
+	l.mu.Lock()
+	first := l.pendFirst // records appended from now on go to the new segment
+	l.mu.Unlock()
+	_, err := l.roll(first)
+	if err != nil {
+		l.mu.Lock()
+		l.err = err
+		l.broadcastLocked()
+		l.mu.Unlock()
+	}
+	return err
 }
 
 // drain commits everything still buffered, as Close asks.

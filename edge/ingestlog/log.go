@@ -36,10 +36,11 @@ type Log struct {
 	enc     *zstd.Encoder
 	zbuf    []byte
 
-	kick  chan struct{} // cap 1: "something to commit", never blocks Append
-	stop  chan struct{} // closed by Close
-	done  chan struct{} // closed when the committer has exited
-	abort atomic.Bool   // Close's ctx expired: drop what is still buffered
+	kick  chan struct{}   // cap 1: "something to commit", never blocks Append
+	seal  chan chan error // Seal's requests, answered by the committer
+	stop  chan struct{}   // closed by Close
+	done  chan struct{}   // closed when the committer has exited
+	abort atomic.Bool     // Close's ctx expired: drop what is still buffered
 
 	durable  atomic.Uint64 // one past the last durable record
 	end      atomic.Uint64 // one past the last record appended
@@ -138,6 +139,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Log, Recovery, error
 		fs:   o.FS,
 		opts: o,
 		kick: make(chan struct{}, 1),
+		seal: make(chan chan error),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
@@ -328,6 +330,28 @@ func (l *Log) DeleteBefore(pos Position) error {
 			return fmt.Errorf("ingestlog: delete %s: %w", s.name, err)
 		}
 		l.size.Add(-s.size)
+	}
+}
+
+// Seal ends the active segment once what is buffered is durable, so that
+// the next record starts a new one and DeleteBefore can remove the sealed
+// one when a checkpoint covers it: an edge that is held at its disk cap
+// with a whole active segment behind its checkpoint frees it this way. A
+// log whose active segment holds no record yet is left as it is.
+func (l *Log) Seal(ctx context.Context) error {
+	done := make(chan error, 1)
+	select {
+	case l.seal <- done:
+	case <-l.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -141,3 +141,49 @@ func FuzzReadSegment(f *testing.F) {
 		}
 	})
 }
+
+// TestSeal: Seal ends the active segment once what is buffered is durable;
+// the next records go to a new one, and DeleteBefore then removes the
+// sealed segment; sealing an empty active segment changes nothing; the
+// log reopens with what is left.
+func TestSeal(t *testing.T) {
+	fsys := memFS()
+	o := ingestlog.Options{FS: fsys}
+	l, _ := mustOpen(t, logDir, o)
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := l.Append(ctx, fmt.Appendf(nil, "record %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := l.Durable(); d != 10 {
+		t.Fatalf("sealed with %d of 10 records durable", d)
+	}
+	sealed := l.Sealed()
+	if len(sealed) != 1 || sealed[0].First != 0 || sealed[0].End != 10 {
+		t.Fatalf("sealed segments %+v, want one of records 0 to 10", sealed)
+	}
+	if err := l.Seal(ctx); err != nil || len(l.Sealed()) != 1 {
+		t.Fatalf("sealing an empty active segment: %v, %d sealed", err, len(l.Sealed()))
+	}
+	p, err := l.Append(ctx, []byte("record 10"))
+	if err != nil || p != 10 {
+		t.Fatalf("append after Seal: %d, %v", p, err)
+	}
+	if err := l.WaitDurable(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.DeleteBefore(10); err != nil || len(l.Sealed()) != 0 {
+		t.Fatalf("DeleteBefore(10): %v, %d sealed left", err, len(l.Sealed()))
+	}
+	mustClose(t, l)
+	l, rec := mustOpen(t, logDir, o)
+	defer mustClose(t, l)
+	got, err := readAll(l, 10)
+	if err != nil || rec.End != 11 || len(got) != 1 || string(got[0]) != "record 10" {
+		t.Fatalf("reopened: end %d, %q, %v", rec.End, got, err)
+	}
+}
