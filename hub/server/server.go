@@ -151,6 +151,7 @@ type Server struct {
 
 	quit     chan struct{} // closed when Shutdown starts
 	quitOnce sync.Once
+	controls controls       // open control streams
 	errc     chan error     // a listener that failed while serving
 	wg       sync.WaitGroup // serving loops and uplink receive loops
 }
@@ -374,6 +375,7 @@ func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
 // after that the core and the fleet may be closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.quitOnce.Do(func() { close(s.quit) })
+	s.controls.shutdown()
 	var errs []error
 	if s.grpcLis != nil {
 		if err := s.http.Shutdown(ctx); err != nil {
