@@ -106,10 +106,10 @@
 // garbage collector's headroom). The stream ends when the channel closes
 // while the stream lasts (a newer connection of the edge replaced it:
 // Aborted), when the edge closes its side (OK), on a refused message, or
-// on Shutdown (Unavailable); the first two and the last do not come from
-// the edge, and are written as the stream's status from outside the
-// handler (grpc-go's transport stream's WriteStatus, which ends the
-// handler's Recv).
+// on Shutdown (Unavailable); the first and the last do not come from the
+// edge, and are written as the stream's status from outside the handler
+// (grpc-go's transport stream's WriteStatus, which ends the handler's
+// Recv).
 //
 // # Fleet API
 //
