@@ -46,6 +46,9 @@ const (
 	connWindow   = 2 << 20
 )
 
+// writeBuffer is each gRPC connection's write buffer (see NewServer).
+const writeBuffer = 8 << 10
+
 // maxBatchBytes is the serialized SyncRequest the hub announces it takes
 // (Limits.max_batch_bytes): maxMsgSize less a margin, so that an edge that
 // sizes its batches by its own encoding never meets the gRPC limit.
@@ -246,6 +249,11 @@ func New(core Core, cfg Config) (*Server, error) {
 		// uplink streams last), so sending their headers literally
 		// costs a few hundred bytes a stream.
 		grpc.HeaderTableSize(0),
+		// grpc-go gives each connection a write buffer of its own, 32 KB
+		// by default, allocated with the connection. The hub writes
+		// little to an edge (acks, desired sets); larger answers to API
+		// clients go out in more writes.
+		grpc.WriteBufferSize(writeBuffer),
 	}
 	grpcOpts := opts
 	if grpcTLS != nil {
