@@ -252,14 +252,15 @@ func TestControlShutdown(t *testing.T) {
 
 // TestControlSlowEdge: an edge that does not read its desired sets holds
 // up no other edge's, and its stream still ends, with the handler's
-// status, when a send of the hub's waits on its flow control.
+// status, while a send of the hub's waits on its flow control (the
+// handler ends that send before it returns: nothing else would).
 func TestControlSlowEdge(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	ff := newFakeFleet()
 	e := startFleet(t, ff, nil)
 	ctx := testCtx(t)
 	// Fixed 64 KiB windows: what the edge does not read holds the
-	// hub's sends after 64 KiB and the server's write quota.
+	// hub's sends after 64 KiB and the server's write quota (64 KiB).
 	conn, err := grpc.NewClient(e.srv.GRPCAddr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool})),
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	if err != nil {
@@ -274,11 +275,20 @@ func TestControlSlowEdge(t *testing.T) {
 	for g := uint64(1); g <= 8; g++ {
 		ff.push("gw-1", &runnelv1.DesiredSet{Generation: g, Pipelines: []*runnelv1.DesiredPipeline{{Name: "temps", Revision: 1, Spec: big}}})
 	}
+	// Sets 1 and 2 fit the window and the quota; the sender has taken
+	// set 3 once five are left, and its Send cannot finish.
+	for ff.queued("gw-1") > 5 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the sender never took set 3: %d sets queued", ff.queued("gw-1"))
+		case <-time.After(time.Millisecond):
+		}
+	}
 	ff.push("gw-2", &runnelv1.DesiredSet{Generation: 9})
 	if d := recvDesired(t, other); d.Generation != 9 {
 		t.Errorf("the other edge's stream got generation %d", d.Generation)
 	}
-	// A refused status ends the handler while it has a set to send.
+	// A refused status ends the handler while its Send waits.
 	if err := slow.Send(statusMsg(&runnelv1.EdgeStatus{DeadPerMin: math.NaN()})); err != nil {
 		t.Fatal(err)
 	}

@@ -289,6 +289,16 @@ func (f *fakeFleet) push(edge string, ds *runnelv1.DesiredSet) bool {
 	return true
 }
 
+// queued returns how many sets edge's current stream has not taken.
+func (f *fakeFleet) queued(edge string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.conns[edge]; c != nil && !c.closed {
+		return len(c.ch)
+	}
+	return -1
+}
+
 // waitFor waits until cond holds (checked after every call) or ctx ends.
 func (f *fakeFleet) waitFor(ctx context.Context, cond func() bool) bool {
 	for {
