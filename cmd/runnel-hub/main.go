@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 
@@ -65,6 +66,9 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 		return err
 	}
 	lg := c.Log.Logger(logOut)
+	if c.MemoryLimit > 0 {
+		debug.SetMemoryLimit(c.MemoryLimit)
+	}
 	switch {
 	case len(c.Pipelines) == 0 && c.Fleet.Enabled:
 		lg.Info("runnel-hub: no pipelines configured; merging the pipelines managed through the fleet API")

@@ -25,6 +25,7 @@ type Config struct {
 	DataDir         string
 	Pipelines       []string // spec files or globs; empty: the built-in demo pipeline
 	ShutdownTimeout time.Duration
+	MemoryLimit     int64 // bytes; 0: none
 	GRPC            Listener
 	HTTP            Listener
 	TLS             TLS

@@ -31,6 +31,9 @@ var table = settings.New(settings.Table[Config]{
 		{Path: "shutdown_timeout", Flag: "shutdown-timeout", Env: "RUNNEL_HUB_SHUTDOWN_TIMEOUT", Default: "10s",
 			Doc:   "How long a stop (SIGTERM) waits for API calls in flight before cutting them; edge streams and subscriptions end at once.",
 			Value: settings.Duration(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, settings.Positive)},
+		{Path: "memory_limit", Flag: "memory-limit", Env: "RUNNEL_HUB_MEMORY_LIMIT", Default: "0", Example: "450MiB",
+			Doc:   "Soft limit on the memory the Go runtime uses (debug.SetMemoryLimit, like GOMEMLIMIT): near it the garbage collector runs more often, trading CPU for memory; without it the heap grows to about twice what is live (heap and goroutine stacks). Keep it well above the live heap and stacks (go_memstats_heap_inuse_bytes + go_memstats_stack_inuse_bytes just after a collection) or the collector runs all the time: a hub holding 10,000 edges has about 400 MB of them: 450MiB kept its RSS at 446 MB for 12 % of a core instead of about 620 MB at 10 %, and 350MiB took 110 %. 0: no limit (GOMEMLIMIT from the environment, if set, applies).",
+			Value: settings.Size(func(c *Config) *int64 { return &c.MemoryLimit }, nil)},
 
 		{Path: "grpc.addr", Flag: "grpc-addr", Env: "RUNNEL_HUB_GRPC_ADDR", Default: "127.0.0.1:7443",
 			Doc:   "host:port of the gRPC listener: the edges' uplink and the Results and Health services. Listening beyond loopback needs TLS, or insecure: true.",

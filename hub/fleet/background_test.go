@@ -28,7 +28,7 @@ func TestBackgroundEvaluation(t *testing.T) {
 		defer cancel()
 		var chans []<-chan *runnelv1.DesiredSet
 		for _, id := range []string{"e1", "e2"} {
-			ch, err := f.Connect(ctx, id, &runnelv1.Register{EdgeId: id})
+			ch, err := f.Connect(ctx, id, &runnelv1.Register{EdgeId: id}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -43,7 +43,7 @@ func registerFleet(b *testing.B, f *fleet.Fleet, n int) ([]string, context.Cance
 			Version: "v1.4.2", Os: "linux", Arch: "arm64",
 			Status: typicalStatus(0),
 		}
-		if _, err := f.Connect(ctx, ids[i], reg); err != nil {
+		if _, err := f.Connect(ctx, ids[i], reg, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -104,7 +104,7 @@ func BenchmarkFanout1k(b *testing.B) {
 	stopped := make(chan struct{})
 	for i := range n {
 		id := fmt.Sprintf("edge-%04d", i)
-		ch, err := f.Connect(ctx, id, &runnelv1.Register{EdgeId: id, Labels: map[string]string{"site": "a"}})
+		ch, err := f.Connect(ctx, id, &runnelv1.Register{EdgeId: id, Labels: map[string]string{"site": "a"}}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -194,7 +194,7 @@ func (f *Fleet) reload(err error) error {
 		if e == nil {
 			if old.conn != nil {
 				old.conn.stop()
-				close(old.conn.ch)
+				old.conn.end()
 			}
 			continue
 		}

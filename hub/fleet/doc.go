@@ -55,7 +55,10 @@
 // for it). Each change of the set adds one to the edge's generation,
 // durably. Connect's channel delivers the current set at once and then
 // every change; a set the edge has not taken yet is replaced by the newer
-// one, so a slow edge gets the newest set, never a backlog.
+// one, so a slow edge gets the newest set, never a backlog. Connect's
+// notify callback, called (under the Fleet's lock) after each set put on
+// the channel and after it closes, lets the server take the sets without
+// a goroutine per edge waiting on the channel.
 //
 // # Rollout state machine
 //

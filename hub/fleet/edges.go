@@ -73,9 +73,12 @@ func labelText(labels map[string]string) string {
 // The channel delivers the edge's current desired set at once and every
 // change after it; a set the edge has not taken yet is replaced by a
 // newer one. It closes when ctx ends, when the edge connects again, or
-// when the Fleet closes. The sets' DesiredPipelines are shared: do not
-// modify them.
-func (f *Fleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error) {
+// when the Fleet closes. notify, unless nil, is called after each set
+// is put on the channel and after it closes, so that a caller can take
+// the sets without a goroutine waiting on the channel; it is called with
+// the Fleet's lock held and must neither block nor call the Fleet. The
+// sets' DesiredPipelines are shared: do not modify them.
+func (f *Fleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register, notify func()) (<-chan *runnelv1.DesiredSet, error) {
 	if err := checkEdgeID(edgeID); err != nil {
 		return nil, err
 	}
@@ -106,7 +109,7 @@ func (f *Fleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Regist
 	if e.conn != nil {
 		// A newer stream of the edge replaces the old one.
 		e.conn.stop()
-		close(e.conn.ch)
+		e.conn.end()
 		e.conn = nil
 	}
 	e.rec.Labels = maps.Clone(reg.Labels)
@@ -125,7 +128,7 @@ func (f *Fleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Regist
 	if err := f.commit(c); err != nil {
 		return nil, err
 	}
-	cn := &conn{ch: make(chan *runnelv1.DesiredSet, 1)}
+	cn := &conn{ch: make(chan *runnelv1.DesiredSet, 1), notify: notify}
 	cn.offer(f.desiredSet(e))
 	e.conn = cn
 	cn.stop = context.AfterFunc(ctx, func() { f.disconnect(e.rec.ID, cn) })
@@ -140,7 +143,7 @@ func (f *Fleet) disconnect(id string, cn *conn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if e := f.edges[id]; e != nil && e.conn == cn {
-		close(cn.ch)
+		cn.end()
 		e.conn = nil
 	}
 }

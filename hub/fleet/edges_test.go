@@ -69,13 +69,13 @@ func TestConnectStreams(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := &runnelv1.Register{EdgeId: "e1"}
-	ch1, err := h.Connect(ctx, "e1", reg)
+	ch1, err := h.Connect(ctx, "e1", reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-ch1
 	// A second stream of the edge closes the first.
-	ch2, err := h.Connect(context.Background(), "e1", reg)
+	ch2, err := h.Connect(context.Background(), "e1", reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestConnectStreams(t *testing.T) {
 	}
 	// Its context ending closes a stream.
 	ctx3, cancel3 := context.WithCancel(context.Background())
-	ch3, err := h.Connect(ctx3, "e1", reg)
+	ch3, err := h.Connect(ctx3, "e1", reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestConnectStreams(t *testing.T) {
 		t.Errorf("Status of an unknown edge: %v", err)
 	}
 	// Close ends the open streams.
-	ch4, err := h.Connect(context.Background(), "e1", reg)
+	ch4, err := h.Connect(context.Background(), "e1", reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestConnectStreams(t *testing.T) {
 	if _, ok := <-ch4; ok {
 		t.Fatal("stream open after Close")
 	}
-	if _, err := h.Connect(context.Background(), "e1", reg); !errors.Is(err, fleet.ErrClosed) {
+	if _, err := h.Connect(context.Background(), "e1", reg, nil); !errors.Is(err, fleet.ErrClosed) {
 		t.Errorf("Connect after Close: %v", err)
 	}
 	h.Fleet = nil
@@ -239,7 +239,7 @@ func TestEdgeRefusals(t *testing.T) {
 	if _, err := h.LabelEdge("ops", &runnelv1.LabelEdgeRequest{EdgeId: "nope", Set: map[string]string{"k": "v"}}); !errors.Is(err, fleet.ErrNotFound) {
 		t.Errorf("label of an unknown edge: %v", err)
 	}
-	if _, err := h.Connect(context.Background(), "e2", &runnelv1.Register{EdgeId: "e3"}); !errors.Is(err, fleet.ErrInvalid) {
+	if _, err := h.Connect(context.Background(), "e2", &runnelv1.Register{EdgeId: "e3"}, nil); !errors.Is(err, fleet.ErrInvalid) {
 		t.Errorf("Register naming another edge: %v", err)
 	}
 	if after := snapshot(t, h.Fleet); after != before {
@@ -248,7 +248,7 @@ func TestEdgeRefusals(t *testing.T) {
 }
 
 func connectErr(h *harness, id string, labels map[string]string) error {
-	_, err := h.Connect(context.Background(), id, &runnelv1.Register{EdgeId: id, Labels: labels})
+	_, err := h.Connect(context.Background(), id, &runnelv1.Register{EdgeId: id, Labels: labels}, nil)
 	return err
 }
 

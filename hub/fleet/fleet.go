@@ -94,8 +94,9 @@ type edge struct {
 
 // conn is an edge's open control stream.
 type conn struct {
-	ch   chan *runnelv1.DesiredSet
-	stop func() bool // stops the context.AfterFunc that ends it
+	ch     chan *runnelv1.DesiredSet
+	notify func()      // Connect's; nil: none
+	stop   func() bool // stops the context.AfterFunc that ends it
 }
 
 // offer hands ds to the stream, replacing a set it has not taken yet:
@@ -107,6 +108,17 @@ func (c *conn) offer(ds *runnelv1.DesiredSet) {
 	default:
 	}
 	c.ch <- ds
+	if c.notify != nil {
+		c.notify()
+	}
+}
+
+// end closes the stream's channel. The caller holds f.mu.
+func (c *conn) end() {
+	close(c.ch)
+	if c.notify != nil {
+		c.notify()
+	}
 }
 
 type deployment struct {
@@ -429,7 +441,7 @@ func (f *Fleet) Close() error {
 	for _, e := range f.edges {
 		if e.conn != nil {
 			e.conn.stop()
-			close(e.conn.ch)
+			e.conn.end()
 			e.conn = nil
 		}
 	}

@@ -240,7 +240,7 @@ func (e *simEdge) connect(t testing.TB, f *fleet.Fleet) {
 		e.cancel()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := f.Connect(ctx, e.id, &runnelv1.Register{EdgeId: e.id, Labels: e.labels, Version: "v1.0.0", Os: "linux", Arch: "arm64", Status: e.status})
+	ch, err := f.Connect(ctx, e.id, &runnelv1.Register{EdgeId: e.id, Labels: e.labels, Version: "v1.0.0", Os: "linux", Arch: "arm64", Status: e.status}, nil)
 	if err != nil {
 		cancel()
 		t.Fatalf("Connect %s: %v", e.id, err)

@@ -90,7 +90,7 @@ func fuzzTemplate(t testing.TB) []byte {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		for _, id := range []string{"e1", "e2", "e3"} {
-			if _, err := f.Connect(ctx, id, &runnelv1.Register{EdgeId: id, Labels: map[string]string{"a": "1"}}); err != nil {
+			if _, err := f.Connect(ctx, id, &runnelv1.Register{EdgeId: id, Labels: map[string]string{"a": "1"}}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -167,7 +167,7 @@ func FuzzLoad(f *testing.F) {
 		fl.Authenticate("rnl_x")
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if _, err := fl.Connect(ctx, "e1", &runnelv1.Register{EdgeId: "e1", Labels: map[string]string{"a": "2"}}); err != nil {
+		if _, err := fl.Connect(ctx, "e1", &runnelv1.Register{EdgeId: "e1", Labels: map[string]string{"a": "2"}}, nil); err != nil {
 			t.Fatalf("Connect: %v", err)
 		}
 		for _, a := range []string{ActionAbort, ActionUndo} {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,20 +40,28 @@ const (
 var errReplaced = status.Error(codes.Aborted, "control: replaced by a newer connection of the same edge")
 
 // Connect runs one edge's control stream: Register first (naming the
-// token's edge), then FleetCore.Connect's desired sets out, each sent in
-// order by the handler itself, and the edge's statuses in, each passed
-// to FleetCore.Status by the receive loop. It ends when the core closes
-// the channel (another connection of the edge replaced this one:
-// Aborted), when the edge closes its side (OK), when a message is refused
-// (InvalidArgument, PermissionDenied) or on Shutdown (Unavailable). The
-// receive loop, which may sit in Recv until the handler returns, is the
-// Server's (as the uplink's). A stream costs one goroutine besides
-// gRPC's, which counts at 10,000 edges.
+// token's edge), then FleetCore.Connect's desired sets out, in order, and
+// the edge's statuses in, each passed to FleetCore.Status. It ends when
+// the core closes the channel (another connection of the edge replaced
+// this one: Aborted), when the edge closes its side (OK), when a message
+// is refused (InvalidArgument, PermissionDenied) or on Shutdown
+// (Unavailable).
+//
+// The handler is the receive loop; a stream costs no goroutine of its
+// own besides it and gRPC's, which counts at 10,000 edges. The desired
+// sets are sent by an outbox (below), which starts a goroutine only while
+// it has a set to send, and the ends that do not come from the edge
+// (replaced, Shutdown) are written as the stream's status from outside the
+// handler, which ends its Recv.
 func (c *control) Connect(stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse]) error {
 	s := c.s
 	edge := edgeOf(stream.Context())
 	if edge == "" { // not through the interceptor: a wiring bug
 		return status.Error(codes.Internal, "control: no authenticated edge")
+	}
+	end, ok := grpc.ServerTransportStreamFromContext(stream.Context()).(statusWriter)
+	if !ok { // grpc-go changed: TestControlReplaced and TestControlShutdown say so
+		return status.Error(codes.Internal, "control: the gRPC stream cannot be ended from outside its handler")
 	}
 	first, err := stream.Recv()
 	if err != nil {
@@ -72,21 +81,23 @@ func (c *control) Connect(stream grpc.BidiStreamingServer[runnelv1.ControlReques
 
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	desired, err := s.fleet.Connect(ctx, edge, reg)
+	out := &outbox{ctx: ctx, stream: stream, end: end}
+	desired, err := s.fleet.Connect(ctx, edge, reg, out.notify)
 	if err != nil {
 		return s.fleetError("Control.Connect", err)
 	}
 	s.metrics.control.Inc()
 	defer s.metrics.control.Dec()
 	s.log.Debug("hub: control stream open", "edge", edge, "version", reg.Version)
-
-	recvErr := make(chan error, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		recvErr <- c.recv(ctx, stream, edge)
-	}()
-	err = c.send(ctx, stream, desired, recvErr)
+	if !s.controls.add(out, s.quit) {
+		return errShutdown
+	}
+	out.start(desired)
+	err = c.recv(ctx, stream, edge)
+	s.controls.remove(out)
+	// An end written from outside (replaced, Shutdown) is why Recv
+	// failed: it is the stream's status, which gRPC has sent already.
+	err = out.close(err)
 	cancel()
 	if st, ok := status.FromError(err); ok && err != nil && st.Code() != codes.Canceled {
 		s.log.Debug("hub: control stream ended", "edge", edge, "code", st.Code(), "err", st.Message())
@@ -94,39 +105,175 @@ func (c *control) Connect(stream grpc.BidiStreamingServer[runnelv1.ControlReques
 	return err
 }
 
-// send sends each desired set until ctx ends, the core closes the
-// channel (which, while ctx lasts, means a newer connection of the edge
-// replaced this one: errReplaced), the receive loop ends (its error) or
-// Shutdown starts (errShutdown). It runs in the handler and is the only
-// caller of Send.
-func (c *control) send(ctx context.Context, stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse], desired <-chan *runnelv1.DesiredSet, recvErr <-chan error) error {
+// controls are the open control streams' outboxes, which Shutdown ends.
+type controls struct {
+	mu   sync.Mutex
+	open map[*outbox]struct{}
+}
+
+// add adds o unless quit is closed (Shutdown has begun).
+func (c *controls) add(o *outbox, quit <-chan struct{}) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-quit:
+		return false
+	default:
+	}
+	if c.open == nil {
+		c.open = map[*outbox]struct{}{}
+	}
+	c.open[o] = struct{}{}
+	return true
+}
+
+func (c *controls) remove(o *outbox) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.open, o)
+}
+
+// shutdown ends every open stream with errShutdown. quit is closed
+// already, so no stream is added after it.
+func (c *controls) shutdown() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for o := range c.open {
+		o.finish(errShutdown)
+	}
+}
+
+// statusWriter is what grpc-go's server transport stream (the
+// ServerTransportStream in a handler's context) has beside the
+// interface: WriteStatus sends the stream's status and ends it, which
+// ends a Recv waiting in the handler. Whatever the handler returns
+// after it is not sent.
+type statusWriter interface {
+	WriteStatus(*status.Status) error
+}
+
+// outbox sends a control stream's desired sets. The core calls notify
+// (with its lock held) after it puts a set on the channel or closes it;
+// notify starts a sender goroutine unless one runs, and the sender sends
+// every set it finds and exits when the channel is empty. So an idle
+// stream has no goroutine here, one sender at a time keeps the sets in
+// order (the channel holds only the newest), and an edge that does not
+// read blocks only its own sender, in its stream's flow control.
+type outbox struct {
+	ctx    context.Context // the stream's, ended when the handler returns
+	stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse]
+	end    statusWriter
+
+	mu      sync.Mutex
+	ch      <-chan *runnelv1.DesiredSet // nil until start
+	sending bool                        // a sender runs
+	closed  bool                        // the handler returns: no sender starts
+	cause   error                       // why the stream was ended from outside
+	wg      sync.WaitGroup              // the sender
+}
+
+// start hands the outbox the core's channel, which holds the edge's
+// current set already.
+func (o *outbox) start(ch <-chan *runnelv1.DesiredSet) {
+	o.mu.Lock()
+	o.ch = ch
+	o.mu.Unlock()
+	o.notify()
+}
+
+func (o *outbox) notify() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sending || o.closed || o.ch == nil {
+		return
+	}
+	o.sending = true
+	o.wg.Add(1)
+	go o.send()
+}
+
+// send sends each set it finds on the channel. A closed channel, while
+// the stream lasts, means a newer connection of the edge replaced this
+// one: the stream ends with errReplaced.
+func (o *outbox) send() {
+	defer o.wg.Done()
 	for {
-		select {
-		case ds, ok := <-desired:
-			switch {
-			case !ok && ctx.Err() != nil:
-				return nil
-			case !ok:
-				return errReplaced
-			case ds == nil:
-				continue
+		o.mu.Lock()
+		var (
+			ds       *runnelv1.DesiredSet
+			open, ok bool
+		)
+		if !o.closed {
+			select {
+			case ds, open = <-o.ch:
+				ok = true
+			default:
 			}
-			if err := stream.Send(&runnelv1.ControlResponse{Msg: &runnelv1.ControlResponse_Desired{Desired: ds}}); err != nil {
-				return err
+		}
+		if !ok {
+			o.sending = false
+			o.mu.Unlock()
+			return
+		}
+		o.mu.Unlock()
+		switch {
+		case !open:
+			if o.ctx.Err() == nil {
+				o.finish(errReplaced)
 			}
-		case err := <-recvErr:
-			return err
-		case <-c.s.quit:
-			return errShutdown
-		case <-ctx.Done():
-			return nil
+			return // sending stays set: the channel gives nothing more
+		case ds == nil:
+			continue
+		}
+		if err := o.stream.Send(&runnelv1.ControlResponse{Msg: &runnelv1.ControlResponse_Desired{Desired: ds}}); err != nil {
+			return // the stream has ended: its Recv fails too
 		}
 	}
 }
 
+// finish ends the stream with err's status, once, unless the handler
+// is returning.
+func (o *outbox) finish(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.cause != nil {
+		return
+	}
+	o.cause = err
+	st, _ := status.FromError(err)
+	o.end.WriteStatus(st)
+}
+
+// close stops the outbox as the handler returns err: no sender starts
+// any more, and one that runs is waited for. A sender may be blocked in
+// Send, on the edge's flow control, which only the stream's end
+// releases: then close ends the stream itself, with err's status, the
+// one the handler returns. It returns the error the stream ended with:
+// the one it was ended with from outside (replaced, Shutdown), if any,
+// which gRPC has sent already, or else err.
+func (o *outbox) close(err error) error {
+	o.mu.Lock()
+	o.closed = true
+	sending, cause := o.sending, o.cause
+	if sending && cause == nil {
+		st, _ := status.FromError(err)
+		if err == nil {
+			st = status.New(codes.OK, "")
+		}
+		o.end.WriteStatus(st)
+	}
+	o.mu.Unlock()
+	o.wg.Wait()
+	if cause != nil {
+		return cause
+	}
+	return err
+}
+
 // recv passes every status to the core until the edge closes its side
-// (nil) or a message is refused. It is the only caller of Recv after the
-// Register, and calls the core only with the stream's edge.
+// (nil), a message is refused or the stream ends. It runs in the handler
+// and is the only caller of Recv after the Register, and calls the core
+// only with the stream's edge.
 func (c *control) recv(ctx context.Context, stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse], edge string) error {
 	for {
 		m, err := stream.Recv()

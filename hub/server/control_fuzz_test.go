@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -30,7 +31,7 @@ type fuzzFleet struct {
 	sts   []*runnelv1.EdgeStatus
 }
 
-func (f *fuzzFleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error) {
+func (f *fuzzFleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register, notify func()) (<-chan *runnelv1.DesiredSet, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.edges, f.regs = append(f.edges, edgeID), append(f.regs, reg)
@@ -39,7 +40,7 @@ func (f *fuzzFleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Re
 	if f.replace {
 		close(ch)
 	} else {
-		context.AfterFunc(ctx, func() { close(ch) })
+		context.AfterFunc(ctx, func() { close(ch); notify() })
 	}
 	return ch, nil
 }
@@ -90,6 +91,27 @@ func (s *fakeControlStream) SendHeader(metadata.MD) error { return nil }
 func (s *fakeControlStream) SetTrailer(metadata.MD)       {}
 func (s *fakeControlStream) SendMsg(any) error            { return nil }
 func (s *fakeControlStream) RecvMsg(any) error            { return nil }
+
+// fakeTransportStream stands for grpc-go's server transport stream, which
+// the handler ends from outside (a replaced stream) with WriteStatus.
+type fakeTransportStream struct {
+	mu  sync.Mutex
+	end *status.Status
+}
+
+func (*fakeTransportStream) Method() string                  { return runnelv1.Control_Connect_FullMethodName }
+func (*fakeTransportStream) SetHeader(md metadata.MD) error  { return nil }
+func (*fakeTransportStream) SendHeader(md metadata.MD) error { return nil }
+func (*fakeTransportStream) SetTrailer(md metadata.MD) error { return nil }
+
+func (f *fakeTransportStream) WriteStatus(st *status.Status) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.end == nil {
+		f.end = st
+	}
+	return nil
+}
 
 // fuzzMessages decodes data as flags (one byte) and then ControlRequests,
 // each a uvarint length and that many bytes; a chunk that does not decode
@@ -159,6 +181,7 @@ func FuzzControlStream(f *testing.F) {
 		s := &Server{fleet: ff, log: log, quit: make(chan struct{}), metrics: m}
 		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), edgeKey{}, "gw-1"))
 		defer cancel()
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &fakeTransportStream{})
 		stream := &fakeControlStream{ctx: ctx, msgs: msgs}
 		if flags&1 != 0 {
 			stream.end = status.Error(codes.Canceled, "the edge went away")

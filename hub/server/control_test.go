@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
@@ -244,6 +246,68 @@ func TestControlShutdown(t *testing.T) {
 		wantCode(t, err, codes.Unavailable, "control stream at shutdown")
 	}
 	e.conn.Close()
+	e.http.CloseIdleConnections()
+	goleak.VerifyNone(t, ignore)
+}
+
+// TestControlSlowEdge: an edge that does not read its desired sets holds
+// up no other edge's, and its stream still ends, with the handler's
+// status, while a send of the hub's waits on its flow control (the
+// handler ends that send before it returns: nothing else would).
+func TestControlSlowEdge(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	ff := newFakeFleet()
+	e := startFleet(t, ff, nil)
+	ctx := testCtx(t)
+	// Fixed 64 KiB windows: what the edge does not read holds the
+	// hub's sends after 64 KiB and the server's write quota (64 KiB).
+	conn, err := grpc.NewClient(e.srv.GRPCAddr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool})),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	slowEnv := *e
+	slowEnv.conn = conn
+	slow := connect(t, &slowEnv, ff, ctx, "token-1", "gw-1")
+	other := connect(t, e, ff, ctx, "token-2", "gw-2")
+	big := strings.Repeat("x", 100<<10)
+	for g := uint64(1); g <= 8; g++ {
+		ff.push("gw-1", &runnelv1.DesiredSet{Generation: g, Pipelines: []*runnelv1.DesiredPipeline{{Name: "temps", Revision: 1, Spec: big}}})
+	}
+	// Sets 1 and 2 fit the window and the quota; the sender has taken
+	// set 3 once five are left, and its Send cannot finish.
+	for ff.queued("gw-1") > 5 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the sender never took set 3: %d sets queued", ff.queued("gw-1"))
+		case <-time.After(time.Millisecond):
+		}
+	}
+	ff.push("gw-2", &runnelv1.DesiredSet{Generation: 9})
+	if d := recvDesired(t, other); d.Generation != 9 {
+		t.Errorf("the other edge's stream got generation %d", d.Generation)
+	}
+	// A refused status ends the handler while its Send waits.
+	if err := slow.Send(statusMsg(&runnelv1.EdgeStatus{DeadPerMin: math.NaN()})); err != nil {
+		t.Fatal(err)
+	}
+	if !ff.waitFor(ctx, func() bool { return !ff.push("gw-1", &runnelv1.DesiredSet{}) }) {
+		t.Fatal("the slow edge's stream did not end")
+	}
+	for {
+		if _, err = slow.Recv(); err != nil {
+			break
+		}
+	}
+	wantCode(t, err, codes.InvalidArgument, "the slow edge's stream")
+	conn.Close()
+	e.conn.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.srv.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
 	e.http.CloseIdleConnections()
 	goleak.VerifyNone(t, ignore)
 }

@@ -96,12 +96,20 @@
 // PermissionDenied) and within the bounds of control.go (at most 1000
 // labels, 256 pipelines a status, 1 MiB a message; beyond them
 // InvalidArgument, and nothing of the message reaches the fleet). Then
-// FleetCore.Connect gives a channel of the edge's desired sets: the
-// handler Sends each in order, while the receive loop passes each
-// EdgeStatus to FleetCore.Status, always under the token's edge id. The
-// stream ends when the channel closes while the stream lasts (a newer
-// connection of the edge replaced it: Aborted), when the edge closes its
-// side (OK), on a refused message, or on Shutdown (Unavailable).
+// FleetCore.Connect gives a channel of the edge's desired sets, and
+// calls back when it has put one there: the stream's outbox then starts
+// a goroutine that Sends each in order and exits when the channel is
+// empty, while the handler itself is the receive loop, passing each
+// EdgeStatus to FleetCore.Status, always under the token's edge id. An
+// idle stream thus costs the handler's goroutine and gRPC's (at 10,000
+// edges each one counts: about 8 KB of stack, twice over with the
+// garbage collector's headroom). The stream ends when the channel closes
+// while the stream lasts (a newer connection of the edge replaced it:
+// Aborted), when the edge closes its side (OK), on a refused message, or
+// on Shutdown (Unavailable); the first and the last do not come from the
+// edge, and are written as the stream's status from outside the handler
+// (grpc-go's transport stream's WriteStatus, which ends the handler's
+// Recv).
 //
 // # Fleet API
 //
@@ -121,15 +129,15 @@
 //
 // # Invariants
 //
-//   - Every goroutine has an owner: the uplink's acker is the stream's
-//     and is waited for before the handler returns (the control stream
-//     sends from its handler); the receive loops may sit in Recv until
-//     the handler returns, so the Server owns them and Shutdown waits for
-//     them. After Shutdown returns nothing calls the core or the fleet,
+//   - Every goroutine has an owner: the uplink's acker and the control
+//     stream's sender are the stream's and are waited for before the
+//     handler returns; the uplink's receive loop may sit in Recv until
+//     the handler returns, so the Server owns it and Shutdown waits for
+//     it. After Shutdown returns nothing calls the core or the fleet,
 //     and they may be closed.
-//   - Only the receive loop calls Recv after the first message, and only
-//     the acker (after the Resume) or the control stream's handler calls
-//     Send.
+//   - Only the receive loop (the control stream's handler) calls Recv
+//     after the first message, and only the acker (after the Resume) or
+//     the control stream's sender, one at a time, calls Send.
 //   - Shutdown ends uplink and control streams (Unavailable),
 //     subscriptions and SSE streams at once, then stops the gRPC servers
 //     gracefully until its context ends.
@@ -146,8 +154,14 @@
 //     revocation.
 //   - A hub with a fleet and no API token shows the fleet's state to
 //     anyone who reaches the listeners, and nobody can change it.
-//   - An edge that stops reading its control stream holds its handler in
-//     Send once the stream's flow-control window is full; the stream then
-//     ends only when the edge's connection does, or at Shutdown's
-//     deadline.
+//   - An edge that stops reading its control stream holds its sender in
+//     Send once the stream's flow-control window is full (no other
+//     edge's); a newer connection of the edge ends the stream only once
+//     that Send returns, which it does when the edge's connection ends.
+//     Shutdown and the handler's own end release it at once.
+//   - The control stream relies on grpc-go's server transport stream
+//     (grpc.ServerTransportStreamFromContext) having WriteStatus, as it
+//     has had for years without being a documented interface; without it
+//     every control stream fails with Internal, and the control tests
+//     say so.
 package server

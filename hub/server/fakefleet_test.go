@@ -23,7 +23,7 @@ type fakeFleet struct {
 	deps     []*runnelv1.Deployment
 	conns    map[string]*fakeConn
 	statuses []edgeStatus
-	changed  chan struct{} // closed and replaced at every call
+	changed  chan struct{} // closed and replaced at every call and stream's end
 }
 
 type fleetCall struct {
@@ -38,7 +38,17 @@ type edgeStatus struct {
 
 type fakeConn struct {
 	ch     chan *runnelv1.DesiredSet
+	notify func()
 	closed bool
+}
+
+// end closes c's channel; the caller holds the fleet's lock.
+func (c *fakeConn) end() {
+	c.closed = true
+	close(c.ch)
+	if c.notify != nil {
+		c.notify()
+	}
 }
 
 func newFakeFleet() *fakeFleet {
@@ -223,7 +233,7 @@ func (f *fakeFleet) Authenticate(secret string) (string, string, error) {
 	return t[0], t[1], nil
 }
 
-func (f *fakeFleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error) {
+func (f *fakeFleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register, notify func()) (<-chan *runnelv1.DesiredSet, error) {
 	// The stream is in place before the call is recorded, so that a test
 	// that waits for the call can push at once.
 	f.mu.Lock()
@@ -231,18 +241,18 @@ func (f *fakeFleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Re
 	var c *fakeConn
 	if err == nil {
 		if old := f.conns[edgeID]; old != nil && !old.closed {
-			old.closed = true
-			close(old.ch)
+			old.end()
 		}
-		c = &fakeConn{ch: make(chan *runnelv1.DesiredSet, 16)}
+		c = &fakeConn{ch: make(chan *runnelv1.DesiredSet, 16), notify: notify}
 		f.conns[edgeID] = c
 		context.AfterFunc(ctx, func() {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			if !c.closed {
-				c.closed = true
-				close(c.ch)
+				c.end()
 			}
+			close(f.changed)
+			f.changed = make(chan struct{})
 		})
 	}
 	f.mu.Unlock()
@@ -273,7 +283,20 @@ func (f *fakeFleet) push(edge string, ds *runnelv1.DesiredSet) bool {
 		return false
 	}
 	c.ch <- ds
+	if c.notify != nil {
+		c.notify()
+	}
 	return true
+}
+
+// queued returns how many sets edge's current stream has not taken.
+func (f *fakeFleet) queued(edge string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.conns[edge]; c != nil && !c.closed {
+		return len(c.ch)
+	}
+	return -1
 }
 
 // waitFor waits until cond holds (checked after every call) or ctx ends.

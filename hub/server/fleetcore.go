@@ -46,7 +46,10 @@ type FleetCore interface {
 	// interceptor authenticated; reg's edge_id must equal it) and returns
 	// a channel of its desired sets: the current one at once, then each
 	// change. The channel closes when ctx ends or when the same edge
-	// connects again. Status records a report on that stream.
-	Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error)
+	// connects again. notify, unless nil, is called after each set is put
+	// on the channel and after it closes; it must not block (the server
+	// takes the sets without a goroutine waiting on the channel). Status
+	// records a report on that stream.
+	Connect(ctx context.Context, edgeID string, reg *runnelv1.Register, notify func()) (<-chan *runnelv1.DesiredSet, error)
 	Status(edgeID string, st *runnelv1.EdgeStatus) error
 }

@@ -46,6 +46,9 @@ const (
 	connWindow   = 2 << 20
 )
 
+// writeBuffer is each gRPC connection's write buffer (see NewServer).
+const writeBuffer = 8 << 10
+
 // maxBatchBytes is the serialized SyncRequest the hub announces it takes
 // (Limits.max_batch_bytes): maxMsgSize less a margin, so that an edge that
 // sizes its batches by its own encoding never meets the gRPC limit.
@@ -151,6 +154,7 @@ type Server struct {
 
 	quit     chan struct{} // closed when Shutdown starts
 	quitOnce sync.Once
+	controls controls       // open control streams
 	errc     chan error     // a listener that failed while serving
 	wg       sync.WaitGroup // serving loops and uplink receive loops
 }
@@ -238,6 +242,18 @@ func New(core Core, cfg Config) (*Server, error) {
 		// more than an edge's uplink needs.
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
+		// No HPACK dynamic table for the headers clients send: each
+		// connection's decoder would keep the entries an edge indexed
+		// (its token, user agent, paths: 1.5 KB a connection, 15 MB at
+		// 10,000 edges). Edges open a stream rarely (the control and
+		// uplink streams last), so sending their headers literally
+		// costs a few hundred bytes a stream.
+		grpc.HeaderTableSize(0),
+		// grpc-go gives each connection a write buffer of its own, 32 KB
+		// by default, allocated with the connection. The hub writes
+		// little to an edge (acks, desired sets); larger answers to API
+		// clients go out in more writes.
+		grpc.WriteBufferSize(writeBuffer),
 	}
 	grpcOpts := opts
 	if grpcTLS != nil {
@@ -374,6 +390,7 @@ func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
 // after that the core and the fleet may be closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.quitOnce.Do(func() { close(s.quit) })
+	s.controls.shutdown()
 	var errs []error
 	if s.grpcLis != nil {
 		if err := s.http.Shutdown(ctx); err != nil {

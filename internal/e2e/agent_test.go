@@ -31,19 +31,21 @@ type controlOnly struct {
 	out      chan *runnelv1.DesiredSet
 }
 
-func (c *controlOnly) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error) {
+func (c *controlOnly) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register, notify func()) (<-chan *runnelv1.DesiredSet, error) {
 	c.mu.Lock()
 	c.reg = reg
 	out := c.out
 	c.mu.Unlock()
 	ch := make(chan *runnelv1.DesiredSet, 1)
 	go func() {
+		defer notify()
 		defer close(ch)
 		for {
 			select {
 			case d := <-out:
 				select {
 				case ch <- d:
+					notify()
 				case <-ctx.Done():
 					return
 				}

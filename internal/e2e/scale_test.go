@@ -131,16 +131,19 @@ func newScaleRecorder(fc server.FleetCore) *scaleRecorder {
 // Connect passes the fleet's channel on through a forwarder, which notes
 // each set when it takes it from the fleet (so no later than the server
 // can send it) and closes its channel when the fleet closes the original.
-func (r *scaleRecorder) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register) (<-chan *runnelv1.DesiredSet, error) {
-	in, err := r.FleetCore.Connect(ctx, edgeID, reg)
+func (r *scaleRecorder) Connect(ctx context.Context, edgeID string, reg *runnelv1.Register, notify func()) (<-chan *runnelv1.DesiredSet, error) {
+	// The forwarder waits on the fleet's channel (no notify) and notifies
+	// the server of each set it passes on.
+	in, err := r.FleetCore.Connect(ctx, edgeID, reg, nil)
 	if err != nil {
 		return nil, err
 	}
 	if reg.GetStatus() != nil {
 		r.noteStatus(edgeID, reg.GetStatus())
 	}
-	out := make(chan *runnelv1.DesiredSet)
+	out := make(chan *runnelv1.DesiredSet, 1)
 	r.wg.Go(func() {
+		defer notify()
 		defer close(out)
 		for ds := range in {
 			g := scaleGiven{at: r.now(), gen: ds.GetGeneration(), pipes: map[string]uint32{}}
@@ -158,6 +161,7 @@ func (r *scaleRecorder) Connect(ctx context.Context, edgeID string, reg *runnelv
 			}
 			select {
 			case out <- ds:
+				notify()
 			case <-ctx.Done():
 				// The stream is ending; the fleet closes in soon.
 			}
