@@ -841,7 +841,7 @@ func (n *node) dropAtCap(count int) {
 // operators' state, and bbolt's own pages: the file's pages less its free
 // ones, as of the last commit). The lanes yield in priority order as it
 // nears the cap: the raw archive first (segments a checkpoint covers are
-// deleted unarchived once the next segment would not fit, raw.go), then
+// deleted unarchived once two more segments would not fit, raw.go), then
 // the side outputs (each checkpoint bounds them to the room the rest
 // leaves, oldest first, boundSide), and the aggregates never: at the cap
 // the handler holds messages at the broker.

@@ -29,7 +29,7 @@ import (
 //   - it never makes the node hold messages at the broker: the segments it
 //     has not archived yet are kept past their checkpoint only while they
 //     are at most MaxBytes and, under a disk cap, while the disk has room
-//     for another segment. Past that the oldest are given up — deleted
+//     for two more segments. Past that the oldest are given up — deleted
 //     unarchived, counted (runnel_edge_raw_skipped_*) and logged — and the
 //     archive shows the gap.
 //
@@ -243,8 +243,10 @@ func (n *node) rawDeleteBound(pos ingestlog.Position) ingestlog.Position {
 	if seg <= 0 {
 		seg = ingestlog.DefaultSegmentSize
 	}
+	// Room for two segments more, not one: the next checkpoints' results
+	// take the state file's pages too, as fast as the log fills.
 	room := func() bool {
-		return held <= l.cfg.MaxBytes && (n.cfg.DiskCap <= 0 || used+seg < n.cfg.DiskCap)
+		return held <= l.cfg.MaxBytes && (n.cfg.DiskCap <= 0 || used+2*seg < n.cfg.DiskCap)
 	}
 	var gaveUp, gaveUpBytes uint64
 	for _, s := range segs {

@@ -168,7 +168,7 @@ var table = settings.New(settings.Table[Config]{
 			Doc:   "The raw lane uploads only while the outbox holds at most this much: on a constrained link the aggregates go first.",
 			Value: settings.Size(func(c *Config) *int64 { return &c.RawArchive.YieldOutboxBytes }, positiveSize)},
 		{Path: "raw_archive.max_bytes", Flag: "raw-archive-max-bytes", Env: "RUNNEL_RAW_ARCHIVE_MAX_BYTES", Default: "1GiB",
-			Doc:   "Most bytes of segments a checkpoint already covers that the edge keeps only for the raw lane (say while the store is down). Past it, and when the disk cap has no room for another segment, the oldest are deleted unarchived, counted in runnel_edge_raw_skipped_segments_total and logged: the archive then has a gap, the aggregates lose nothing.",
+			Doc:   "Most bytes of segments a checkpoint already covers that the edge keeps only for the raw lane (say while the store is down). Past it, and when the disk cap has no room for two more segments, the oldest are deleted unarchived, counted in runnel_edge_raw_skipped_segments_total and logged: the archive then has a gap, the aggregates lose nothing.",
 			Value: settings.Size(func(c *Config) *int64 { return &c.RawArchive.MaxBytes }, positiveSize)},
 
 		{Path: "uplink.hub", Flag: "uplink-hub", Env: "RUNNEL_UPLINK_HUB", Example: "hub.example.com:7443",
