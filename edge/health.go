@@ -98,11 +98,12 @@ func (n *node) health(now time.Time) health.Report {
 
 	used := fmt.Sprintf("ingest log %d + state file %d (outbox %d, side outputs %d) of %d bytes",
 		n.log.Size(), n.stateBytes(), n.status.outboxBytes.Load(), n.side.bytes.Load(), n.cfg.DiskCap)
+	atCap := n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap
 	switch {
-	case n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap && n.cfg.DropAtCap:
+	case atCap && n.cfg.DropAtCap:
 		add("disk", health.Degraded, "disk cap reached (%s): incoming messages are dropped (disk_cap.policy drop_raw), %d so far",
 			used, n.status.capDropped.Load())
-	case n.status.capBlocked.Load() || n.cfg.DiskCap > 0 && n.diskUsed() >= n.cfg.DiskCap:
+	case atCap || n.status.capBlocked.Load():
 		add("disk", health.Degraded, "disk cap reached (%s): messages are held at the broker until checkpoints and the uplink free space", used)
 	default:
 		add("disk", health.OK, "")

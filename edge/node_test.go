@@ -105,6 +105,70 @@ func latestCount(t *testing.T, p *operators.Pipeline, data, key string) int64 {
 	return n
 }
 
+// cappedNode is a node filled to its disk cap by fillToCap.
+type cappedNode struct {
+	cfg     edge.NodeConfig
+	p       *operators.Pipeline
+	addr    string
+	diskCap int64
+	stop    func() error
+}
+
+// capReadings is how many readings fillToCap publishes (40 KB of log).
+const capReadings = 400
+
+// fillToCap runs a node whose disk cap is 16 KiB beyond what it uses idle
+// (the cap counts the state file's pages), publishes capReadings readings
+// of device a without waiting for their PUBACKs (so they arrive in
+// batches) and a last one that closes their window, and returns once the
+// cap holds messages at the broker, the node still running.
+func fillToCap(t *testing.T, mosq *testbroker.Mosquitto, edgeID string) *cappedNode {
+	t.Helper()
+	c := &cappedNode{p: compileSpec(t, countSpec), addr: freeAddr(t)}
+	c.cfg = edge.NodeConfig{EdgeID: edgeID, DataDir: t.TempDir(), Pipelines: []*operators.Pipeline{c.p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond,
+		HTTPAddr: c.addr, NoSync: true}
+	stop := runNode(t, c.cfg)
+	base, _ := strconv.ParseInt(metric(t, c.addr, "runnel_edge_disk_used_bytes"), 10, 64)
+	if err := stop(); err != nil || base == 0 {
+		t.Fatalf("an idle node: %v, disk used %d", err, base)
+	}
+	c.diskCap = base + 16<<10
+	c.cfg.DiskCap = c.diskCap
+	c.stop = runNode(t, c.cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	payload := strings.Repeat("x", 64)
+	for i := range capReadings {
+		msg := fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"pad":%q}`, i, 1000+i, payload)
+		if err := pub.PublishAsync(t.Context(), "s/a", msg, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, c.addr, "runnel_edge_disk_cap_blocked") != "1" {
+		if time.Now().After(deadline) {
+			t.Fatal("the disk cap never blocked intake")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return c
+}
+
+// countUncapped runs the stopped node again without its cap, long enough
+// to take what the broker kept, and returns device a's count.
+func (c *cappedNode) countUncapped(t *testing.T) int64 {
+	t.Helper()
+	cfg := c.cfg
+	cfg.DiskCap, cfg.HTTPAddr = 0, ""
+	stop := runNode(t, cfg)
+	time.Sleep(2 * time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	return latestCount(t, c.p, cfg.DataDir, `{"dev":"a"}`)
+}
+
 // TestDiskCapHoldsMessagesAtBroker: at the disk cap the node stops taking
 // (and acknowledging) messages and the broker keeps them. The publisher
 // does not wait for its PUBACKs, so messages arrive in batches: the cap
@@ -114,76 +178,37 @@ func latestCount(t *testing.T, p *operators.Pipeline, data, key string) int64 {
 // with it); restarted without the cap it counts every message once.
 func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 	mosq := testbroker.Start(t)
-	data := t.TempDir()
-	p := compileSpec(t, countSpec)
-	addr := freeAddr(t)
-	cfg := edge.NodeConfig{EdgeID: "cap", DataDir: data, Pipelines: []*operators.Pipeline{p},
-		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond,
-		HTTPAddr: addr, NoSync: true}
-	// The cap counts the state file's pages: 16 KiB beyond what an idle
-	// node uses (the 400 messages take 40 KB of log).
-	stop := runNode(t, cfg)
-	base, _ := strconv.ParseInt(metric(t, addr, "runnel_edge_disk_used_bytes"), 10, 64)
-	if err := stop(); err != nil || base == 0 {
-		t.Fatalf("an idle node: %v, disk used %d", err, base)
-	}
-	diskCap := base + 16<<10
-	cfg.DiskCap = diskCap
-	stop = runNode(t, cfg)
-	pub := testbroker.NewPublisher(t, mosq.HostPort())
-	const n = 400
-	payload := strings.Repeat("x", 64)
-	for i := range n {
-		msg := fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"pad":%q}`, i, 1000+i, payload)
-		if err := pub.PublishAsync(t.Context(), "s/a", msg, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1)
-	deadline := time.Now().Add(10 * time.Second)
-	for metric(t, addr, "runnel_edge_disk_cap_blocked") != "1" {
-		if time.Now().After(deadline) {
-			t.Fatal("the disk cap never blocked intake")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	used, _ := strconv.ParseInt(metric(t, addr, "runnel_edge_disk_used_bytes"), 10, 64)
+	c := fillToCap(t, mosq, "cap")
+	used, _ := strconv.ParseInt(metric(t, c.addr, "runnel_edge_disk_used_bytes"), 10, 64)
 	// One message past the cap at most, and the state file's new pages
 	// for the results of what the log holds (counted at the commit that
 	// makes them: docs/design.md, "The edge passes its own cap").
-	if used > diskCap+8<<10 {
-		t.Errorf("the edge uses %d bytes of disk at the cap %d", used, diskCap)
+	if used > c.diskCap+8<<10 {
+		t.Errorf("the edge uses %d bytes of disk at the cap %d", used, c.diskCap)
 	}
-	if err := stop(); err != nil {
+	if err := c.stop(); err != nil {
 		t.Fatal(err)
 	}
 
 	// Restarted at the cap: not ready (not connected), held.
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- edge.Run(ctx, cfg) }()
-	deadline = time.Now().Add(10 * time.Second)
-	for metric(t, addr, "runnel_edge_mqtt_held") != "1" && time.Now().Before(deadline) {
+	go func() { done <- edge.Run(ctx, c.cfg) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, c.addr, "runnel_edge_mqtt_held") != "1" && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
-	if c, h := metric(t, addr, "runnel_edge_mqtt_connects_total"), metric(t, addr, "runnel_edge_mqtt_held"); c != "0" || h != "1" {
-		t.Errorf("restarted at the cap: %s connections to the broker, held %s; want none, held", c, h)
+	if n, h := metric(t, c.addr, "runnel_edge_mqtt_connects_total"), metric(t, c.addr, "runnel_edge_mqtt_held"); n != "0" || h != "1" {
+		t.Errorf("restarted at the cap: %s connections to the broker, held %s; want none, held", n, h)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 
-	cfg.DiskCap, cfg.HTTPAddr = 0, ""
-	stop = runNode(t, cfg)
-	time.Sleep(2 * time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	total := latestCount(t, p, data, `{"dev":"a"}`)
-	if total != n {
-		t.Fatalf("counted %d readings, want %d: the broker did not keep what the cap held back", total, n)
+	if total := c.countUncapped(t); total != capReadings {
+		t.Fatalf("counted %d readings, want %d: the broker did not keep what the cap held back", total, capReadings)
 	}
 }
 
@@ -194,58 +219,23 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 // counted in it. Without the seal the active segment stays, 16 KiB here.
 func TestDiskCapFreesCoveredLog(t *testing.T) {
 	mosq := testbroker.Start(t)
-	data := t.TempDir()
-	p := compileSpec(t, countSpec)
-	addr := freeAddr(t)
-	cfg := edge.NodeConfig{EdgeID: "seal", DataDir: data, Pipelines: []*operators.Pipeline{p},
-		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond,
-		HTTPAddr: addr, NoSync: true}
-	stop := runNode(t, cfg)
-	base, _ := strconv.ParseInt(metric(t, addr, "runnel_edge_disk_used_bytes"), 10, 64)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	cfg.DiskCap = base + 16<<10
-	stop = runNode(t, cfg)
-	pub := testbroker.NewPublisher(t, mosq.HostPort())
-	const n = 400
-	payload := strings.Repeat("x", 64)
-	for i := range n {
-		msg := fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d,"pad":%q}`, i, 1000+i, payload)
-		if err := pub.PublishAsync(t.Context(), "s/a", msg, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1)
-	deadline := time.Now().Add(10 * time.Second)
-	for metric(t, addr, "runnel_edge_disk_cap_blocked") != "1" {
-		if time.Now().After(deadline) {
-			t.Fatal("the disk cap never blocked intake")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	deadline = time.Now().Add(5 * time.Second)
+	c := fillToCap(t, mosq, "seal")
+	deadline := time.Now().Add(5 * time.Second)
 	for {
-		lb, _ := strconv.Atoi(metric(t, addr, "runnel_edge_ingest_log_bytes"))
+		lb, _ := strconv.Atoi(metric(t, c.addr, "runnel_edge_ingest_log_bytes"))
 		if lb <= 1024 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("held at the cap with %d bytes of log, all of it behind the checkpoints (%s records in)", lb, metric(t, addr, "runnel_edge_records_in_total"))
+			t.Fatalf("held at the cap with %d bytes of log, all of it behind the checkpoints (%s records in)", lb, metric(t, c.addr, "runnel_edge_records_in_total"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := stop(); err != nil {
+	if err := c.stop(); err != nil {
 		t.Fatal(err)
 	}
-	cfg.DiskCap, cfg.HTTPAddr = 0, ""
-	stop = runNode(t, cfg)
-	time.Sleep(2 * time.Second)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if total := latestCount(t, p, data, `{"dev":"a"}`); total != n {
-		t.Fatalf("counted %d readings, want %d", total, n)
+	if total := c.countUncapped(t); total != capReadings {
+		t.Fatalf("counted %d readings, want %d", total, capReadings)
 	}
 }
 

@@ -134,7 +134,6 @@ type Stats struct {
 	Reconnects      uint64 // connections lost (each followed by reconnecting)
 	ConnectFailures uint64 // connection attempts that failed
 	SubscribeErrors uint64 // filters the broker refused, or SUBSCRIBEs that failed
-	Holds           uint64 // times Config.Hold kept the source from connecting
 	Held            bool   // Config.Hold keeps the source from connecting now
 	// OverReceiveMaximum counts messages that arrived while ReceiveMaximum
 	// were already unacknowledged: the broker does not honour the bound.
@@ -180,8 +179,7 @@ type Source struct {
 
 	received, redelivered                        atomic.Uint64
 	connects, reconnects, connectFails, subFails atomic.Uint64
-	holds                                        atomic.Uint64 // times Config.Hold kept the source from connecting
-	held                                         atomic.Bool   // Config.Hold keeps it from connecting now
+	held                                         atomic.Bool // Config.Hold keeps it from connecting now
 }
 
 // testHooks replace the network and randomness in tests.
@@ -288,7 +286,6 @@ func (s *Source) Stats() Stats {
 		Reconnects:      s.reconnects.Load(),
 		ConnectFailures: s.connectFails.Load(),
 		SubscribeErrors: s.subFails.Load(),
-		Holds:           s.holds.Load(),
 		Held:            s.held.Load(),
 
 		OverReceiveMaximum: s.acks.overflow.Load(),
@@ -543,7 +540,7 @@ func (s *Source) run(ctx context.Context) {
 // holdPoll is how often a held source asks Config.Hold again.
 const holdPoll = 250 * time.Millisecond
 
-// waitUnheld waits while Config.Hold says to, counting and logging it; it
+// waitUnheld waits while Config.Hold says to, logging it; it
 // returns false when ctx ends first.
 func (s *Source) waitUnheld(ctx context.Context) bool {
 	if s.cfg.Hold == nil || !s.cfg.Hold() {
@@ -551,7 +548,6 @@ func (s *Source) waitUnheld(ctx context.Context) bool {
 	}
 	s.held.Store(true)
 	defer s.held.Store(false)
-	s.holds.Add(1)
 	began := time.Now()
 	s.log.Warn("mqtt: not connecting while the handler holds messages; the broker keeps them")
 	t := time.NewTicker(holdPoll)
