@@ -172,8 +172,8 @@ func (c *cappedNode) countUncapped(t *testing.T) int64 {
 // TestDiskCapHoldsMessagesAtBroker: at the disk cap the node stops taking
 // (and acknowledging) messages and the broker keeps them. The publisher
 // does not wait for its PUBACKs, so messages arrive in batches: the cap
-// holds within one message of a batch, not one batch. Restarted at the cap,
-// the node does not connect to the broker (on the resumed session the
+// holds within one message of a batch, not one batch. Restarted past its
+// cap, the node does not connect to the broker (on the resumed session the
 // broker's first batch would wait in the handler, and the SUBACK behind it
 // with it); restarted without the cap it counts every message once.
 func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
@@ -190,10 +190,15 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Restarted at the cap: not ready (not connected), held.
+	// Restarted past its cap: not ready (not connected), held. The cap is
+	// one byte here, not the one it was filled to: held, the node frees
+	// the log its checkpoints cover (TestDiskCapFreesCoveredLog), so by the
+	// time it stopped that cap may have had room again.
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- edge.Run(ctx, c.cfg) }()
+	pastCap := c.cfg
+	pastCap.DiskCap = 1
+	go func() { done <- edge.Run(ctx, pastCap) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for metric(t, c.addr, "runnel_edge_mqtt_held") != "1" && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
