@@ -599,6 +599,7 @@ func TestWeekOffline(t *testing.T) {
 	t.Logf("the restarted edge at the cap: mqtt connected %v, /healthz %v", scrape(w.edgeHTTP)["runnel_edge_mqtt_connected"], healthz(t, w.edgeHTTP))
 
 	// The link returns.
+	linkBack := time.Now()
 	c := w.catchUp(t)
 	t.Logf("the MQTT source's SUBSCRIBE timed out %d times while the cap held messages (the SUBACK waits behind a held batch)",
 		strings.Count(w.edge.Logs.String(), "mqtt: subscribe failed"))
@@ -620,8 +621,10 @@ func TestWeekOffline(t *testing.T) {
 			w.sampler.worst, shape.diskCap, w.sampler.worstAt.Format("15:04:05.000"), w.sampler.firstCapWait.Format("15:04:05.000"), a["runnel_edge_ingest_log_bytes"],
 			a["runnel_edge_outbox_bytes"], a["runnel_edge_side_output_bytes"], a[`runnel_edge_records_in_total{pipeline="week"}`], a["runnel_edge_checkpoints_total"])
 	}
-	t.Logf("disk: at most %.0f bytes counted toward the %d-byte cap (%+.0f); the data directory at most %.0f bytes, its state file %.0f (blocks allocated)",
-		w.sampler.worst, shape.diskCap, w.sampler.worst-float64(shape.diskCap), w.sampler.worstDir, w.sampler.worstState)
+	a := w.sampler.atWorst
+	t.Logf("disk: at most %.0f bytes counted toward the %d-byte cap (%+.0f; ingest log %v, state file %v, %v after the link returned); the data directory at most %.0f bytes, its state file %.0f (blocks allocated)",
+		w.sampler.worst, shape.diskCap, w.sampler.worst-float64(shape.diskCap), a["runnel_edge_ingest_log_bytes"], a["runnel_edge_state_bytes"],
+		w.sampler.worstAt.Sub(linkBack).Round(time.Millisecond), w.sampler.worstDir, w.sampler.worstState)
 	// The cap counts what the state file holds (its pages less the free
 	// ones), so the file grows past the cap by no more than the edge
 	// passes it, and a commit's new pages; counting the outbox's values
