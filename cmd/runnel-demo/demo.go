@@ -21,7 +21,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/runnel-io/runnel/edge"
-	"github.com/runnel-io/runnel/edge/broker"
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/hub/fleet"
@@ -34,8 +33,9 @@ import (
 type Options struct {
 	Edges    int           // simulated gateways (default 3)
 	Duration time.Duration // stop after this long; 0: until ctx ends
-	// Offline is when the last edge goes offline, and for how long
-	// (defaults 20s and 15s); OfflineFor < 0 keeps every edge online.
+	// Offline is when the last edge loses its uplink (the hub and its
+	// control stream), and for how long (defaults 20s and 15s);
+	// OfflineFor < 0 keeps every edge online.
 	OfflineAt, OfflineFor time.Duration
 	// Deploy is when revision 1 is deployed to every edge, Rollout when
 	// revision 2 rolls out with a canary (defaults 2s and 24s), Soak how
@@ -50,7 +50,7 @@ type Options struct {
 const AdminToken = "demo-admin-token"
 
 // Revision1 is the demo's pipeline as the operator first applies it.
-// Each gateway has its own broker; lines span gateways, so the hub merges
+// Each gateway has its own sensors; lines span gateways, so the hub merges
 // their partials.
 const Revision1 = `name: line-temps
 source: {mqtt: {topic: "plant/+/temp", qos: 1, topic_fields: {line: 1}}}
@@ -135,7 +135,7 @@ func Run(ctx context.Context, opts Options) error {
 	hubAddr := srv.GRPCAddr().String()
 	out.say("hub: gRPC %s, REST http://%s/v1/fleet/edges; API token %q (runnelctl: export RUNNEL_HUB=%s RUNNEL_TOKEN=%s)",
 		hubAddr, srv.HTTPAddr(), AdminToken, hubAddr, AdminToken)
-	out.say("fleet: %d gateways, each with its own MQTT broker and sensors on lines A, B, C; they start with no pipelines", opts.Edges)
+	out.say("fleet: %d gateways, each with its embedded MQTT broker (readings go in-process into its ingest log) and sensors on lines A, B, C; they start with no pipelines", opts.Edges)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, opts.Edges+4)
@@ -151,32 +151,41 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer conn.Close()
 
-	// The gateways.
+	// The gateways. Each runs its embedded MQTT broker, which hands its
+	// sensors' readings to the ingest log in-process; the last reaches the
+	// hub through a relay the demo cuts for a while (its uplink goes down,
+	// the gateway keeps working).
 	brokers := make([]string, opts.Edges)
 	for i := range opts.Edges {
-		brk, err := broker.Start(ctx, broker.Options{Addr: "127.0.0.1:0", Logger: lg})
+		addr, err := freeAddr()
 		if err != nil {
 			return err
 		}
-		defer brk.Close(context.Background())
-		brokers[i] = brk.Addr()
+		brokers[i] = addr
 		site := "plant-1"
 		if i%2 == 1 {
 			site = "plant-2"
 		}
 		nc := edge.NodeConfig{
 			EdgeID: edgeID(i), DataDir: filepath.Join(dir, edgeID(i)),
-			Broker: mqtt.Config{Brokers: []string{brk.URL()}, ReceiveMaximum: broker.DefaultMaxInflight,
-				SessionExpiry: time.Hour, Logger: lg},
+			EmbeddedAddr: addr, Broker: mqtt.Config{Logger: lg},
 			CheckpointInterval: 500 * time.Millisecond,
 			Uplink: &uplink.Config{Hub: hubAddr, Token: tokens[edgeID(i)], Insecure: true,
 				BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second, Logger: lg},
 			Fleet:  &edge.FleetConfig{Labels: map[string]string{"site": site, "hw": []string{"rpi4", "cm4"}[i%2]}, Version: "demo", StatusInterval: time.Second},
 			Logger: lg,
 		}
-		offline := i == opts.Edges-1 && opts.OfflineFor > 0
+		if i == opts.Edges-1 && opts.OfflineFor > 0 {
+			link, err := newRelay(hubAddr)
+			if err != nil {
+				return err
+			}
+			defer link.Close()
+			nc.Uplink.Hub = link.Addr()
+			wg.Go(func() { goOffline(work, nc.EdgeID, link, opts.OfflineAt, opts.OfflineFor, out) })
+		}
 		wg.Go(func() {
-			if err := runEdge(work, nc, offline, opts.OfflineAt, opts.OfflineFor, out); err != nil {
+			if err := edge.Run(work, nc); err != nil {
 				errs <- fmt.Errorf("%s: %w", nc.EdgeID, err)
 			}
 		})
@@ -338,6 +347,16 @@ func (bearer) RequireTransportSecurity() bool { return false }
 
 func edgeID(i int) string { return fmt.Sprintf("edge-%d", i+1) }
 
+// freeAddr returns a loopback address free for a gateway's broker.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
 // freeOr returns addr when given, else def if it can be bound, else a
 // free loopback port.
 func freeOr(addr, def string) string {
@@ -352,25 +371,20 @@ func freeOr(addr, def string) string {
 	return def
 }
 
-// runEdge runs one edge node; the offline one stops at offlineAt for
-// offlineFor (its sensors keep publishing: its broker keeps their readings
-// in the node's persistent session) and then restarts from its data
-// directory, with the pipeline set it had applied.
-func runEdge(ctx context.Context, nc edge.NodeConfig, offline bool, at, dur time.Duration, out *printer) error {
-	if !offline {
-		return edge.Run(ctx, nc)
+// goOffline cuts the gateway's link to the hub at offlineAt for
+// offlineFor: the gateway keeps taking its sensors' readings and keeps
+// their windows' partials in its outbox, and the rollout waits for it.
+func goOffline(ctx context.Context, id string, link *relay, at, dur time.Duration, out *printer) {
+	if !sleep(ctx, at) {
+		return
 	}
-	first, cut := context.WithTimeout(ctx, at)
-	defer cut()
-	if err := edge.Run(first, nc); err != nil || ctx.Err() != nil {
-		return err
-	}
-	out.say("%s goes offline for %s: its sensors keep sending to its broker; the hub stops waiting for it after 4 s, and the rollout waits for it", nc.EdgeID, dur)
+	link.cut(true)
+	out.say("%s loses its uplink for %s: it keeps taking its sensors' readings and aggregating them into its outbox; the hub stops waiting for it after 4 s, and the rollout waits for it", id, dur)
 	if !sleep(ctx, dur) {
-		return nil
+		return
 	}
-	out.say("%s is back: it runs the set it had, catches up, gets the current deployment, and the hub corrects the windows it missed (new versions)", nc.EdgeID)
-	return edge.Run(ctx, nc)
+	link.cut(false)
+	out.say("%s's uplink is back: its outbox catches up, it gets the current deployment, and the hub corrects the windows it missed (new versions)", id)
 }
 
 // simulate publishes readings to each gateway's broker: two sensors on
@@ -380,13 +394,11 @@ func runEdge(ctx context.Context, nc edge.NodeConfig, offline bool, at, dur time
 func simulate(ctx context.Context, brokers []string, out *printer) error {
 	clis := make([]*paho.Client, len(brokers))
 	for i, addr := range brokers {
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr)
+		cli, err := connectSensors(ctx, addr, fmt.Sprintf("sensors-%d", i))
 		if err != nil {
-			return err
-		}
-		cli := paho.NewClient(paho.ClientConfig{Conn: conn})
-		if _, err := cli.Connect(ctx, &paho.Connect{ClientID: fmt.Sprintf("sensors-%d", i), CleanStart: true, KeepAlive: 30}); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 		defer cli.Disconnect(&paho.Disconnect{})
@@ -434,6 +446,28 @@ func simulate(ctx context.Context, brokers []string, out *printer) error {
 		}
 		if n := seq[edgeID(0)+"-A1"]; n%150 == 0 {
 			out.say("sensors: %d readings so far per sensor; %d sent twice, %d sent late", n, dups, late)
+		}
+	}
+}
+
+// connectSensors connects a gateway's sensors to its embedded broker,
+// waiting for the gateway to have started it.
+func connectSensors(ctx context.Context, addr, clientID string) (*paho.Client, error) {
+	for wait := time.Now().Add(10 * time.Second); ; {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			cli := paho.NewClient(paho.ClientConfig{Conn: conn})
+			if _, err = cli.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30}); err == nil {
+				return cli, nil
+			}
+			conn.Close()
+		}
+		if time.Now().After(wait) {
+			return nil, fmt.Errorf("the gateway's broker at %s: %w", addr, err)
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return nil, ctx.Err()
 		}
 	}
 }

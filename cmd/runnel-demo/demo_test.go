@@ -16,8 +16,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestDemo runs the demo briefly: revision 1 is deployed and merged
 // results come out; revision 2 rolls out with a canary while the last
-// edge is offline, and the rollout finishes when it is back; the edge's
-// return corrects windows the hub had already emitted without it.
+// edge's uplink is down, and the rollout finishes when it is back; the
+// edge's outbox, filled meanwhile from its embedded broker's in-process
+// intake, corrects windows the hub had already emitted without it.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 24 s")
@@ -30,7 +31,7 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := out.String()
-	back := strings.Index(text, "edge-3 is back")
+	back := strings.Index(text, "edge-3's uplink is back")
 	if back < 0 {
 		t.Fatalf("edge-3 never came back:\n%s", text)
 	}
