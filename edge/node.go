@@ -258,11 +258,20 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 	n.uplinkAckAt.Store(n.started.UnixMilli())
 	n.agent.since = n.started // the control stream counts as down since the start
 	// Operator state is kept in system buckets (opstate.go).
-	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, MmapBytes: mmapBytes})
+	// A file at least half free pages (an outbox an outage filled and the
+	// uplink emptied) is compacted first: bbolt never shrinks it, and the
+	// disk cap counts its pages in use, not its length.
+	st, err := state.Open(filepath.Join(cfg.DataDir, "state.db"), state.Options{NoSync: cfg.NoSync, MmapBytes: mmapBytes, CompactFree: stateCompactFree})
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
 	n.store = st
+	switch c := st.Compaction(); {
+	case c.Err != nil:
+		lg.Warn("edge: state file not compacted; going on with it as it is", "err", c.Err)
+	case c.Before > 0:
+		lg.Info("edge: state file compacted", "before_bytes", c.Before, "after_bytes", c.After, "took", c.Took.Round(time.Millisecond))
+	}
 	defer func() { n.lastSeq.Store(n.last.NextSeq) }()
 	// A snapshot's data object that a crash left half written.
 	if err := os.Remove(filepath.Join(cfg.DataDir, snapshotTmp)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -851,6 +860,10 @@ func (n *node) diskUsed() int64 {
 
 // stateBytes is what the state file holds, as of the last commit.
 func (n *node) stateBytes() int64 { return n.store.WriteStats().DataBytes }
+
+// stateCompactFree is the fraction of free pages at which the node
+// compacts its state file at start (state.Options.CompactFree).
+const stateCompactFree = 0.5
 
 // sideQueueLen bounds the side output lines waiting for mqtt outputs.
 const sideQueueLen = 1024

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/runnel-io/runnel/edge/mqtt"
 	"github.com/runnel-io/runnel/internal/testbroker"
 	"github.com/runnel-io/runnel/operators"
+	"github.com/runnel-io/runnel/state"
 )
 
 func compileSpec(t *testing.T, yaml string) *operators.Pipeline {
@@ -524,5 +528,78 @@ func TestDiskCapDropRaw(t *testing.T) {
 	}
 	if total := latestCount(t, p, data, `{"dev":"a"}`); total+dropped != n {
 		t.Fatalf("counted %d + dropped %d readings, want %d", total, dropped, n)
+	}
+}
+
+// allocated is the disk the file at path takes: its blocks, not its
+// length (bbolt grows its file ahead of what it writes).
+func allocated(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Blocks * 512
+}
+
+// TestStateFileCompactedAtStart: a state file mostly free pages (here a
+// bucket of 8 MB written and deleted, as an outage's outbox is filled and
+// emptied) is compacted when the node starts, and the node goes on with
+// every count it had.
+func TestStateFileCompactedAtStart(t *testing.T) {
+	mosq := testbroker.Start(t)
+	p := compileSpec(t, countSpec)
+	cfg := edge.NodeConfig{EdgeID: "compact", DataDir: t.TempDir(), Pipelines: []*operators.Pipeline{p},
+		Broker: mqtt.Config{Brokers: []string{mosq.Addr()}}, CheckpointInterval: 50 * time.Millisecond, NoSync: true}
+	stop := runNode(t, cfg)
+	pub := testbroker.NewPublisher(t, mosq.HostPort())
+	const n = 50
+	for i := range n {
+		pub.MustPublish("s/a", fmt.Appendf(nil, `{"dev":"a","seq":%d,"ts":%d}`, i, 1000+i), 1)
+	}
+	pub.MustPublish("s/a", []byte(`{"dev":"z","seq":-1,"ts":999999}`), 1) // closes the window
+	time.Sleep(500 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(cfg.DataDir, "state.db")
+	st, err := state.Open(path, state.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		if err := st.Update(func(tx *state.Tx) error {
+			b, err := tx.Bucket("pad")
+			if err != nil {
+				return err
+			}
+			for i := range 1000 {
+				if err := b.Put(fmt.Appendf(nil, "%08d-%d", b.Len(), i), make([]byte, 1000)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Update(func(tx *state.Tx) error { return tx.DeleteBucket("pad") }); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	before := allocated(t, path)
+	if before < 8<<20 {
+		t.Fatalf("the padded state file takes %d bytes of disk", before)
+	}
+
+	stop = runNode(t, cfg)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if after := allocated(t, path); after > before/4 {
+		t.Fatalf("the state file takes %d bytes of disk after a start (was %d, nearly all free pages)", after, before)
+	}
+	if got := latestCount(t, p, cfg.DataDir, `{"dev":"a"}`); got != n {
+		t.Fatalf("counted %d readings after the compaction, want %d", got, n)
 	}
 }

@@ -93,6 +93,14 @@ type Options struct {
 	// Zero means bbolt's default (grow from 32 KiB). A stored file larger
 	// than it is mapped whole.
 	MmapBytes int
+
+	// CompactFree, above zero, makes Open rewrite an existing file of at
+	// least 1 MiB compactly when its free pages are at least this fraction
+	// of the pages bbolt has written: bbolt reuses free pages but never
+	// gives them back. The copy takes the
+	// disk of what the file holds, and the time to write it; see
+	// Store.Compaction. Zero never compacts.
+	CompactFree float64
 }
 
 // EnsureDefaults returns a copy of o with every zero field set to its
@@ -121,6 +129,9 @@ func (o Options) Validate() error {
 	}
 	if o.FileMode&^os.ModePerm != 0 {
 		bad("FileMode is %v, must hold permission bits only", o.FileMode)
+	}
+	if o.CompactFree < 0 || o.CompactFree > 1 {
+		bad("CompactFree is %v, must be in [0, 1]", o.CompactFree)
 	}
 	if o.Verify != VerifyFull && o.Verify != VerifyQuick {
 		bad("Verify is %d, must be VerifyFull or VerifyQuick", int(o.Verify))

@@ -32,7 +32,8 @@ type WriteStats struct {
 	// to the high-water mark (every page bbolt has written; the length past
 	// it is growth made ahead, not yet written) less the free pages, which
 	// later commits reuse before the file grows. It is what counts toward a
-	// disk cap: the file never shrinks, but its free pages are room.
+	// disk cap: the file does not shrink (but see Options.CompactFree),
+	// and its free pages are room.
 	DataBytes int64
 }
 

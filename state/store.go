@@ -25,7 +25,8 @@ type Store struct {
 	// so later writes fail fast instead of adding to a damaged file.
 	poisoned atomic.Pointer[error]
 
-	wc writeCounters // stats.go
+	wc         writeCounters // stats.go
+	compaction Compaction    // compact.go
 }
 
 // Open opens the state file at path, creating it if it does not exist, and
@@ -61,6 +62,9 @@ func Open(path string, opts Options) (*Store, error) {
 	if s.groups, err = s.initLayout(o.KeyGroups); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: open %s: %w", path, err)
+	}
+	if o.CompactFree > 0 {
+		return s.compactIfFree(o)
 	}
 	return s, nil
 }
