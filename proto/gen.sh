@@ -26,17 +26,21 @@ install protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc
 install protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2 "$GRPC_GATEWAY"
 
 out=$(mktemp -d)
+mkdir -p "$out/gw"
 trap 'rm -rf "$out"' EXIT
 PATH="$bin:$PATH" protoc -I proto -I third_party -I /usr/include \
 	--go_out="$out" --go_opt=paths=source_relative \
 	--go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
-	--grpc-gateway_out="$out" --grpc-gateway_opt=paths=source_relative \
+	--grpc-gateway_out="$out/gw" --grpc-gateway_opt=paths=source_relative,standalone=true \
 	--openapiv2_out="$out" --openapiv2_opt=allow_merge=true,merge_file_name=runnel \
 	proto/runnel/v1/*.proto
-rm -f proto/runnelv1/*.pb.go proto/runnelv1/*.pb.gw.go
-mkdir -p proto/runnelv1
+# The REST gateway is a package of its own (standalone), so that what links
+# the messages and services (runnel-edge) does not link grpc-gateway.
+rm -f proto/runnelv1/*.pb.go proto/runnelv1/*.pb.gw.go proto/runnelv1gw/*.pb.gw.go
+mkdir -p proto/runnelv1 proto/runnelv1gw
 cp "$out"/runnel/v1/*.go proto/runnelv1/
-cp "$out"/runnel.swagger.json proto/runnelv1/openapi.json
-sed -i 's|^package runnelv1|package runnelv1|' proto/runnelv1/*.go
-gofmt -l proto/runnelv1 >/dev/null
-echo "proto: generated $(ls proto/runnelv1 | wc -l) files"
+cp "$out"/gw/runnel/v1/*.pb.gw.go proto/runnelv1gw/
+cp "$out"/runnel.swagger.json proto/runnelv1gw/openapi.json
+sed -i 's|^package runnelv1$|package runnelv1gw|' proto/runnelv1gw/*.pb.gw.go
+gofmt -l proto/runnelv1 proto/runnelv1gw >/dev/null
+echo "proto: generated $(ls proto/runnelv1 proto/runnelv1gw | wc -l) files"

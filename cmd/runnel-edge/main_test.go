@@ -112,3 +112,22 @@ func TestNodeConfigSideOutputs(t *testing.T) {
 		}
 	}
 }
+
+// TestLinksNothingOfTheHub: the gateway binary does not link what only
+// the hub or the demo uses (issue 14: a smaller binary): the hub's
+// packages, the REST gateway (grpc-gateway and runnelv1gw, which hold the
+// hub's REST API and its OpenAPI document), the demo.
+func TestLinksNothingOfTheHub(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		for _, not := range []string{"github.com/runnel-io/runnel/hub", "github.com/runnel-io/runnel/cmd/runnel-demo",
+			"github.com/runnel-io/runnel/proto/runnelv1gw", "github.com/grpc-ecosystem/grpc-gateway"} {
+			if pkg == not || strings.HasPrefix(pkg, not+"/") {
+				t.Errorf("runnel-edge links %s", pkg)
+			}
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/runnel-io/runnel/internal/health"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
+	"github.com/runnel-io/runnel/proto/runnelv1gw"
 )
 
 // httpHandler routes the HTTP listener: the REST gateway under /v1/, the
@@ -28,20 +29,20 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 	}))
 	ctx := context.Background() // only read by the registration itself
-	if err := runnelv1.RegisterResultsHandler(ctx, gw, s.innerConn); err != nil {
+	if err := runnelv1gw.RegisterResultsHandler(ctx, gw, s.innerConn); err != nil {
 		return nil, fmt.Errorf("server: gateway: %w", err)
 	}
-	if err := runnelv1.RegisterHealthHandler(ctx, gw, s.innerConn); err != nil {
+	if err := runnelv1gw.RegisterHealthHandler(ctx, gw, s.innerConn); err != nil {
 		return nil, fmt.Errorf("server: gateway: %w", err)
 	}
-	if err := runnelv1.RegisterFleetHandler(ctx, gw, s.innerConn); err != nil {
+	if err := runnelv1gw.RegisterFleetHandler(ctx, gw, s.innerConn); err != nil {
 		return nil, fmt.Errorf("server: gateway: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", gw)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		w.Write(runnelv1.OpenAPI)
+		w.Write(runnelv1gw.OpenAPI)
 	})
 	mux.HandleFunc("GET /v1/pipelines/{pipeline}/results/events", s.events)
 	mux.HandleFunc("GET /v1/archive/status", s.archiveStatus)

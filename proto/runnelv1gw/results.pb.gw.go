@@ -6,7 +6,7 @@ Package runnelv1 is a reverse proxy.
 
 It translates gRPC into RESTful JSON APIs.
 */
-package runnelv1
+package runnelv1gw
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extRunnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_Results_ListPipelines_0(ctx context.Context, marshaler runtime.Marshaler, client ResultsClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Results_ListPipelines_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.ResultsClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListPipelinesRequest
+		protoReq extRunnelv1.ListPipelinesRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -47,18 +48,18 @@ func request_Results_ListPipelines_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_Results_ListPipelines_0(ctx context.Context, marshaler runtime.Marshaler, server ResultsServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Results_ListPipelines_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.ResultsServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListPipelinesRequest
+		protoReq extRunnelv1.ListPipelinesRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.ListPipelines(ctx, &protoReq)
 	return msg, metadata, err
 }
 
-func request_Results_ListEdges_0(ctx context.Context, marshaler runtime.Marshaler, client ResultsClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Results_ListEdges_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.ResultsClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListEdgesRequest
+		protoReq extRunnelv1.ListEdgesRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -68,9 +69,9 @@ func request_Results_ListEdges_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_Results_ListEdges_0(ctx context.Context, marshaler runtime.Marshaler, server ResultsServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Results_ListEdges_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.ResultsServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListEdgesRequest
+		protoReq extRunnelv1.ListEdgesRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.ListEdges(ctx, &protoReq)
@@ -79,9 +80,9 @@ func local_request_Results_ListEdges_0(ctx context.Context, marshaler runtime.Ma
 
 var filter_Results_QueryResults_0 = &utilities.DoubleArray{Encoding: map[string]int{"pipeline": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_Results_QueryResults_0(ctx context.Context, marshaler runtime.Marshaler, client ResultsClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Results_QueryResults_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.ResultsClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq QueryResultsRequest
+		protoReq extRunnelv1.QueryResultsRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -106,9 +107,9 @@ func request_Results_QueryResults_0(ctx context.Context, marshaler runtime.Marsh
 	return msg, metadata, err
 }
 
-func local_request_Results_QueryResults_0(ctx context.Context, marshaler runtime.Marshaler, server ResultsServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Results_QueryResults_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.ResultsServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq QueryResultsRequest
+		protoReq extRunnelv1.QueryResultsRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -132,9 +133,9 @@ func local_request_Results_QueryResults_0(ctx context.Context, marshaler runtime
 
 var filter_Results_Subscribe_0 = &utilities.DoubleArray{Encoding: map[string]int{"pipeline": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_Results_Subscribe_0(ctx context.Context, marshaler runtime.Marshaler, client ResultsClient, req *http.Request, pathParams map[string]string) (Results_SubscribeClient, runtime.ServerMetadata, error) {
+func request_Results_Subscribe_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.ResultsClient, req *http.Request, pathParams map[string]string) (extRunnelv1.Results_SubscribeClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq SubscribeRequest
+		protoReq extRunnelv1.SubscribeRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -172,7 +173,7 @@ func request_Results_Subscribe_0(ctx context.Context, marshaler runtime.Marshale
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterResultsHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterResultsHandlerServer(ctx context.Context, mux *runtime.ServeMux, server ResultsServer) error {
+func RegisterResultsHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extRunnelv1.ResultsServer) error {
 	mux.Handle(http.MethodGet, pattern_Results_ListPipelines_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -271,15 +272,15 @@ func RegisterResultsHandlerFromEndpoint(ctx context.Context, mux *runtime.ServeM
 // RegisterResultsHandler registers the http handlers for service Results to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterResultsHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterResultsHandlerClient(ctx, mux, NewResultsClient(conn))
+	return RegisterResultsHandlerClient(ctx, mux, extRunnelv1.NewResultsClient(conn))
 }
 
 // RegisterResultsHandlerClient registers the http handlers for service Results
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "ResultsClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "ResultsClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extRunnelv1.ResultsClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extRunnelv1.ResultsClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "ResultsClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterResultsHandlerClient(ctx context.Context, mux *runtime.ServeMux, client ResultsClient) error {
+// "extRunnelv1.ResultsClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterResultsHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extRunnelv1.ResultsClient) error {
 	mux.Handle(http.MethodGet, pattern_Results_ListPipelines_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

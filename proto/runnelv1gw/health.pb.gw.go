@@ -6,7 +6,7 @@ Package runnelv1 is a reverse proxy.
 
 It translates gRPC into RESTful JSON APIs.
 */
-package runnelv1
+package runnelv1gw
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extRunnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_Health_Check_0(ctx context.Context, marshaler runtime.Marshaler, client HealthClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Health_Check_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.HealthClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq HealthCheckRequest
+		protoReq extRunnelv1.HealthCheckRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -47,9 +48,9 @@ func request_Health_Check_0(ctx context.Context, marshaler runtime.Marshaler, cl
 	return msg, metadata, err
 }
 
-func local_request_Health_Check_0(ctx context.Context, marshaler runtime.Marshaler, server HealthServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Health_Check_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.HealthServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq HealthCheckRequest
+		protoReq extRunnelv1.HealthCheckRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.Check(ctx, &protoReq)
@@ -61,7 +62,7 @@ func local_request_Health_Check_0(ctx context.Context, marshaler runtime.Marshal
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterHealthHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterHealthHandlerServer(ctx context.Context, mux *runtime.ServeMux, server HealthServer) error {
+func RegisterHealthHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extRunnelv1.HealthServer) error {
 	mux.Handle(http.MethodGet, pattern_Health_Check_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -113,15 +114,15 @@ func RegisterHealthHandlerFromEndpoint(ctx context.Context, mux *runtime.ServeMu
 // RegisterHealthHandler registers the http handlers for service Health to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterHealthHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterHealthHandlerClient(ctx, mux, NewHealthClient(conn))
+	return RegisterHealthHandlerClient(ctx, mux, extRunnelv1.NewHealthClient(conn))
 }
 
 // RegisterHealthHandlerClient registers the http handlers for service Health
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "HealthClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "HealthClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extRunnelv1.HealthClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extRunnelv1.HealthClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "HealthClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterHealthHandlerClient(ctx context.Context, mux *runtime.ServeMux, client HealthClient) error {
+// "extRunnelv1.HealthClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterHealthHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extRunnelv1.HealthClient) error {
 	mux.Handle(http.MethodGet, pattern_Health_Check_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

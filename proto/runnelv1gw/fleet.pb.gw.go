@@ -6,7 +6,7 @@ Package runnelv1 is a reverse proxy.
 
 It translates gRPC into RESTful JSON APIs.
 */
-package runnelv1
+package runnelv1gw
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extRunnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_Fleet_ApplyPipeline_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ApplyPipeline_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ApplyPipelineRequest
+		protoReq extRunnelv1.ApplyPipelineRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -50,9 +51,9 @@ func request_Fleet_ApplyPipeline_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ApplyPipeline_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ApplyPipeline_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ApplyPipelineRequest
+		protoReq extRunnelv1.ApplyPipelineRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -62,9 +63,9 @@ func local_request_Fleet_ApplyPipeline_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_Fleet_GetPipeline_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_GetPipeline_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetPipelineRequest
+		protoReq extRunnelv1.GetPipelineRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -83,9 +84,9 @@ func request_Fleet_GetPipeline_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_Fleet_GetPipeline_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_GetPipeline_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetPipelineRequest
+		protoReq extRunnelv1.GetPipelineRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -101,9 +102,9 @@ func local_request_Fleet_GetPipeline_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_Fleet_ListManagedPipelines_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ListManagedPipelines_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListManagedPipelinesRequest
+		protoReq extRunnelv1.ListManagedPipelinesRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -113,18 +114,18 @@ func request_Fleet_ListManagedPipelines_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ListManagedPipelines_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ListManagedPipelines_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListManagedPipelinesRequest
+		protoReq extRunnelv1.ListManagedPipelinesRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.ListManagedPipelines(ctx, &protoReq)
 	return msg, metadata, err
 }
 
-func request_Fleet_ListRevisions_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ListRevisions_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListRevisionsRequest
+		protoReq extRunnelv1.ListRevisionsRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -143,9 +144,9 @@ func request_Fleet_ListRevisions_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ListRevisions_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ListRevisions_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListRevisionsRequest
+		protoReq extRunnelv1.ListRevisionsRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -163,9 +164,9 @@ func local_request_Fleet_ListRevisions_0(ctx context.Context, marshaler runtime.
 
 var filter_Fleet_DiffRevisions_0 = &utilities.DoubleArray{Encoding: map[string]int{"name": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_Fleet_DiffRevisions_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_DiffRevisions_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DiffRevisionsRequest
+		protoReq extRunnelv1.DiffRevisionsRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -190,9 +191,9 @@ func request_Fleet_DiffRevisions_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_Fleet_DiffRevisions_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_DiffRevisions_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DiffRevisionsRequest
+		protoReq extRunnelv1.DiffRevisionsRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -214,9 +215,9 @@ func local_request_Fleet_DiffRevisions_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_Fleet_DeletePipeline_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_DeletePipeline_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeletePipelineRequest
+		protoReq extRunnelv1.DeletePipelineRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -235,9 +236,9 @@ func request_Fleet_DeletePipeline_0(ctx context.Context, marshaler runtime.Marsh
 	return msg, metadata, err
 }
 
-func local_request_Fleet_DeletePipeline_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_DeletePipeline_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeletePipelineRequest
+		protoReq extRunnelv1.DeletePipelineRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -255,9 +256,9 @@ func local_request_Fleet_DeletePipeline_0(ctx context.Context, marshaler runtime
 
 var filter_Fleet_ListFleetEdges_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_Fleet_ListFleetEdges_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ListFleetEdges_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListFleetEdgesRequest
+		protoReq extRunnelv1.ListFleetEdgesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -273,9 +274,9 @@ func request_Fleet_ListFleetEdges_0(ctx context.Context, marshaler runtime.Marsh
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ListFleetEdges_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ListFleetEdges_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListFleetEdgesRequest
+		protoReq extRunnelv1.ListFleetEdgesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -288,9 +289,9 @@ func local_request_Fleet_ListFleetEdges_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func request_Fleet_GetFleetEdge_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_GetFleetEdge_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetFleetEdgeRequest
+		protoReq extRunnelv1.GetFleetEdgeRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -309,9 +310,9 @@ func request_Fleet_GetFleetEdge_0(ctx context.Context, marshaler runtime.Marshal
 	return msg, metadata, err
 }
 
-func local_request_Fleet_GetFleetEdge_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_GetFleetEdge_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetFleetEdgeRequest
+		protoReq extRunnelv1.GetFleetEdgeRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -327,9 +328,9 @@ func local_request_Fleet_GetFleetEdge_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func request_Fleet_LabelEdge_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_LabelEdge_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LabelEdgeRequest
+		protoReq extRunnelv1.LabelEdgeRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -351,9 +352,9 @@ func request_Fleet_LabelEdge_0(ctx context.Context, marshaler runtime.Marshaler,
 	return msg, metadata, err
 }
 
-func local_request_Fleet_LabelEdge_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_LabelEdge_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LabelEdgeRequest
+		protoReq extRunnelv1.LabelEdgeRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -372,9 +373,9 @@ func local_request_Fleet_LabelEdge_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func request_Fleet_ApplyDeployment_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ApplyDeployment_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ApplyDeploymentRequest
+		protoReq extRunnelv1.ApplyDeploymentRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -387,9 +388,9 @@ func request_Fleet_ApplyDeployment_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ApplyDeployment_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ApplyDeployment_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ApplyDeploymentRequest
+		protoReq extRunnelv1.ApplyDeploymentRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -399,9 +400,9 @@ func local_request_Fleet_ApplyDeployment_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func request_Fleet_GetDeployment_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_GetDeployment_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetDeploymentRequest
+		protoReq extRunnelv1.GetDeploymentRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -420,9 +421,9 @@ func request_Fleet_GetDeployment_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_Fleet_GetDeployment_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_GetDeployment_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetDeploymentRequest
+		protoReq extRunnelv1.GetDeploymentRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -438,9 +439,9 @@ func local_request_Fleet_GetDeployment_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_Fleet_ListDeployments_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ListDeployments_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListDeploymentsRequest
+		protoReq extRunnelv1.ListDeploymentsRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -450,18 +451,18 @@ func request_Fleet_ListDeployments_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ListDeployments_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ListDeployments_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListDeploymentsRequest
+		protoReq extRunnelv1.ListDeploymentsRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.ListDeployments(ctx, &protoReq)
 	return msg, metadata, err
 }
 
-func request_Fleet_ListDeploymentVersions_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ListDeploymentVersions_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetDeploymentRequest
+		protoReq extRunnelv1.GetDeploymentRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -480,9 +481,9 @@ func request_Fleet_ListDeploymentVersions_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ListDeploymentVersions_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ListDeploymentVersions_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetDeploymentRequest
+		protoReq extRunnelv1.GetDeploymentRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -498,9 +499,9 @@ func local_request_Fleet_ListDeploymentVersions_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func request_Fleet_Rollout_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_Rollout_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RolloutRequest
+		protoReq extRunnelv1.RolloutRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -522,9 +523,9 @@ func request_Fleet_Rollout_0(ctx context.Context, marshaler runtime.Marshaler, c
 	return msg, metadata, err
 }
 
-func local_request_Fleet_Rollout_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_Rollout_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RolloutRequest
+		protoReq extRunnelv1.RolloutRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -545,9 +546,9 @@ func local_request_Fleet_Rollout_0(ctx context.Context, marshaler runtime.Marsha
 
 var filter_Fleet_ListAudit_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_Fleet_ListAudit_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ListAudit_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListAuditRequest
+		protoReq extRunnelv1.ListAuditRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -563,9 +564,9 @@ func request_Fleet_ListAudit_0(ctx context.Context, marshaler runtime.Marshaler,
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ListAudit_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ListAudit_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListAuditRequest
+		protoReq extRunnelv1.ListAuditRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -578,9 +579,9 @@ func local_request_Fleet_ListAudit_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func request_Fleet_CreateToken_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_CreateToken_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateTokenRequest
+		protoReq extRunnelv1.CreateTokenRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -593,9 +594,9 @@ func request_Fleet_CreateToken_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_Fleet_CreateToken_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_CreateToken_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateTokenRequest
+		protoReq extRunnelv1.CreateTokenRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -605,9 +606,9 @@ func local_request_Fleet_CreateToken_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_Fleet_ListTokens_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_ListTokens_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListTokensRequest
+		protoReq extRunnelv1.ListTokensRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -617,18 +618,18 @@ func request_Fleet_ListTokens_0(ctx context.Context, marshaler runtime.Marshaler
 	return msg, metadata, err
 }
 
-func local_request_Fleet_ListTokens_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_ListTokens_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListTokensRequest
+		protoReq extRunnelv1.ListTokensRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.ListTokens(ctx, &protoReq)
 	return msg, metadata, err
 }
 
-func request_Fleet_RevokeToken_0(ctx context.Context, marshaler runtime.Marshaler, client FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_Fleet_RevokeToken_0(ctx context.Context, marshaler runtime.Marshaler, client extRunnelv1.FleetClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RevokeTokenRequest
+		protoReq extRunnelv1.RevokeTokenRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -647,9 +648,9 @@ func request_Fleet_RevokeToken_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_Fleet_RevokeToken_0(ctx context.Context, marshaler runtime.Marshaler, server FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_Fleet_RevokeToken_0(ctx context.Context, marshaler runtime.Marshaler, server extRunnelv1.FleetServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RevokeTokenRequest
+		protoReq extRunnelv1.RevokeTokenRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -670,7 +671,7 @@ func local_request_Fleet_RevokeToken_0(ctx context.Context, marshaler runtime.Ma
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterFleetHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterFleetHandlerServer(ctx context.Context, mux *runtime.ServeMux, server FleetServer) error {
+func RegisterFleetHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extRunnelv1.FleetServer) error {
 	mux.Handle(http.MethodPost, pattern_Fleet_ApplyPipeline_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1062,15 +1063,15 @@ func RegisterFleetHandlerFromEndpoint(ctx context.Context, mux *runtime.ServeMux
 // RegisterFleetHandler registers the http handlers for service Fleet to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterFleetHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterFleetHandlerClient(ctx, mux, NewFleetClient(conn))
+	return RegisterFleetHandlerClient(ctx, mux, extRunnelv1.NewFleetClient(conn))
 }
 
 // RegisterFleetHandlerClient registers the http handlers for service Fleet
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "FleetClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "FleetClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extRunnelv1.FleetClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extRunnelv1.FleetClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "FleetClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterFleetHandlerClient(ctx context.Context, mux *runtime.ServeMux, client FleetClient) error {
+// "extRunnelv1.FleetClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterFleetHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extRunnelv1.FleetClient) error {
 	mux.Handle(http.MethodPost, pattern_Fleet_ApplyPipeline_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
