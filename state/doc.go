@@ -87,6 +87,11 @@
 //     what they write until it ends, and an Update that must grow the
 //     mapping beyond Options.MmapBytes waits for it: copy to a fast local
 //     file, not to a network.
+//   - bbolt reuses free pages but never shrinks its file. With
+//     Options.CompactFree, Open rewrites a file that is mostly free pages
+//     into a new one beside it (PATH.compact, renamed over PATH once
+//     fsynced): that takes the disk and the time of what the file holds,
+//     at Open only, and a crash in it leaves either file whole at PATH.
 //   - The key group count is fixed when the file is created (ErrKeyGroups).
 //   - Layout version 1 files (operator state in namespaces, removed) are
 //     refused with ErrFormat; there is no migration.

@@ -1,7 +1,3 @@
-// Package runnelv1gw is the REST gateway of the runnel.v1 services
-// (grpc-gateway, generated standalone by proto/gen.sh) and their OpenAPI
-// document. It is apart from proto/runnelv1 so that what links only the
-// messages and services, runnel-edge, does not link grpc-gateway.
 package runnelv1gw
 
 import _ "embed"
