@@ -1017,7 +1017,13 @@ func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent
 // on a connection of its own, which pings every 20 s as the edge's uplink
 // does; perconn=100 puts 100 edges' streams on one connection, which
 // tells the connections' share of the cost from the streams'. Run with
-// -benchtime=1x; RUNNEL_HUB_EDGES changes the 10,000.
+// -benchtime=1x; RUNNEL_HUB_EDGES changes the 10,000. RUNNEL_HUB_PROFILE
+// names a directory: the hub is built with -tags runnelpprof, and after
+// the window its heap profile (after a collection) and goroutine profile
+// are saved there, and a CPU profile of 30 s after it:
+// hub-perconn=N-heap.pb.gz, -goroutine.pb.gz and -profile.pb.gz.
+// RUNNEL_HUB_ENV adds NAME=value pairs (space-separated) to the hub's
+// environment, such as GOGC=50.
 func BenchmarkHub10kEdges(b *testing.B) {
 	n := 10000
 	if s := os.Getenv("RUNNEL_HUB_EDGES"); s != "" {
@@ -1035,15 +1041,20 @@ func BenchmarkHub10kEdges(b *testing.B) {
 	}
 	scaleRaiseFileLimit(b)
 	bin := b.TempDir()
-	testproc.Build(b, bin, "../../cmd/runnel-hub")
+	profDir := os.Getenv("RUNNEL_HUB_PROFILE")
+	if profDir != "" {
+		testproc.Build(b, bin, "-tags=runnelpprof", "../../cmd/runnel-hub")
+	} else {
+		testproc.Build(b, bin, "../../cmd/runnel-hub")
+	}
 	for _, perConn := range []int{1, 100} {
 		b.Run(fmt.Sprintf("perconn=%d", perConn), func(b *testing.B) {
-			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, perConn, window)
+			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, perConn, window, profDir)
 		})
 	}
 }
 
-func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Duration) {
+func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Duration, profDir string) {
 	const interval = 10 * time.Second
 	dir := b.TempDir()
 	var tokens strings.Builder
@@ -1057,6 +1068,20 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 		b.Fatal(err)
 	}
 	addr, httpAddr := scaleFreeAddr(b), scaleFreeAddr(b)
+	pprofAddr := ""
+	if profDir != "" {
+		pprofAddr = scaleFreeAddr(b)
+		b.Setenv("RUNNEL_HUB_PPROF", pprofAddr)
+	}
+	// The Go runtime reads GOGC and GODEBUG when a process starts: set
+	// here, they apply to the hub's process, not to this one.
+	for _, kv := range strings.Fields(os.Getenv("RUNNEL_HUB_ENV")) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			b.Fatalf("RUNNEL_HUB_ENV: %q is not NAME=value", kv)
+		}
+		b.Setenv(k, v)
+	}
 	hubProc := &testproc.Proc{Name: "hub", Args: []string{hubBin, "--data-dir", filepath.Join(dir, "hub"),
 		"--grpc-addr", addr, "--http-addr", httpAddr, "--edge-tokens-file", tokFile, "--api-token", scaleAdminToken}}
 	hubProc.Start(b)
@@ -1168,6 +1193,9 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 
 	var cpuPct, rssMB, meanMB, perEdge, statusRate, scrapeMs float64
 	for b.Loop() {
+		// The Go runtime's counters at the start (a scrape before the
+		// window, so that its CPU is not in it).
+		before := scaleScrape(b, httpAddr)
 		cpu0, _, _ := scaleProcStat(b, pid)
 		sent0, t0 := sent.Load(), time.Now()
 		// RSS goes up and down with the garbage collector: sampled every
@@ -1192,17 +1220,23 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 		// A Prometheus scrape (fleet.edge_metrics at its default: at
 		// 10,000 edges, aggregates only).
 		t1 := time.Now()
-		resp, err := http.Get("http://" + httpAddr + "/metrics")
-		if err != nil {
-			b.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 {
-			b.Fatalf("/metrics: %d %v", resp.StatusCode, err)
-		}
+		body := scaleScrape(b, httpAddr)
 		scrapeMs = float64(time.Since(t1).Microseconds()) / 1e3
 		b.Logf("a scrape of /metrics: %.1f ms, %d bytes, %d lines", scrapeMs, len(body), bytes.Count(body, []byte("\n")))
+		mb := func(name string) float64 { return scaleGauge(body, name) / (1 << 20) }
+		delta := func(name string) float64 { return scaleGauge(body, name) - scaleGauge(before, name) }
+		b.Logf("hub's Go runtime: heap in use %.1f MiB (%.1f allocated, next collection at %.1f), stacks %.1f MiB, %.0f goroutines, %.1f MiB from the OS; "+
+			"over the window %.0f collections, %.2f MiB/s allocated",
+			mb("go_memstats_heap_inuse_bytes"), mb("go_memstats_heap_alloc_bytes"), mb("go_memstats_next_gc_bytes"), mb("go_memstats_stack_inuse_bytes"),
+			scaleGauge(body, "go_goroutines"), mb("go_memstats_sys_bytes"),
+			delta("go_gc_duration_seconds_count"), delta("go_memstats_alloc_bytes_total")/(1<<20)/el.Seconds())
+		if pprofAddr != "" {
+			for _, p := range []string{"heap?gc=1", "goroutine", "profile?seconds=30"} {
+				what, _, _ := strings.Cut(p, "?")
+				name := fmt.Sprintf("hub-perconn=%d-%s.pb.gz", perConn, what)
+				scaleSaveProfile(b, "http://"+pprofAddr+"/debug/pprof/"+p, filepath.Join(profDir, name))
+			}
+		}
 	}
 	b.ReportMetric(scrapeMs, "scrape-ms")
 	b.ReportMetric(cpuPct, "hub-cpu-%")
@@ -1210,6 +1244,53 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 	b.ReportMetric(meanMB, "hub-rss-mean-MiB")
 	b.ReportMetric(perEdge, "bytes/edge")
 	b.ReportMetric(statusRate, "statuses/s")
+}
+
+// scaleScrape is the hub's /metrics.
+func scaleScrape(tb testing.TB, httpAddr string) []byte {
+	tb.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		tb.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	return body
+}
+
+// scaleGauge is the value of an unlabelled metric in a Prometheus text
+// exposition, or NaN if it has none.
+func scaleGauge(body []byte, name string) float64 {
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return math.NaN()
+}
+
+// scaleSaveProfile saves the profile url answers to path.
+func scaleSaveProfile(tb testing.TB, url, path string) {
+	tb.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		tb.Fatalf("%s: %d %v", url, resp.StatusCode, err)
+	}
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("profile saved to %s", path)
 }
 
 func scaleFreeAddr(tb testing.TB) string {
