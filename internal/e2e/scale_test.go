@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +28,7 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -36,6 +39,7 @@ import (
 	"github.com/runnel-io/runnel/hub/fleet"
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/internal/testcert"
 	"github.com/runnel-io/runnel/internal/testproc"
 	"github.com/runnel-io/runnel/operators"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
@@ -1016,12 +1020,15 @@ func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent
 // time of a /metrics scrape after it. perconn=1 is the field: each edge
 // on a connection of its own, which pings every 20 s as the edge's uplink
 // does; perconn=100 puts 100 edges' streams on one connection, which
-// tells the connections' share of the cost from the streams'. Run with
+// tells the connections' share of the cost from the streams'.
+// perconn=1,tls is the field over TLS (the hub's certificate from
+// internal/testcert, verified by the clients). Run with
 // -benchtime=1x; RUNNEL_HUB_EDGES changes the 10,000. RUNNEL_HUB_PROFILE
 // names a directory: the hub is built with -tags runnelpprof, and after
 // the window its heap profile (after a collection) and goroutine profile
 // are saved there, and a CPU profile of 30 s after it:
-// hub-perconn=N-heap.pb.gz, -goroutine.pb.gz and -profile.pb.gz.
+// hub-CASE-heap.pb.gz, -goroutine.pb.gz and -profile.pb.gz (CASE:
+// perconn=1 and so on).
 // RUNNEL_HUB_ENV adds NAME=value pairs (space-separated) to the hub's
 // environment, such as GOGC=50.
 func BenchmarkHub10kEdges(b *testing.B) {
@@ -1047,14 +1054,28 @@ func BenchmarkHub10kEdges(b *testing.B) {
 	} else {
 		testproc.Build(b, bin, "../../cmd/runnel-hub")
 	}
-	for _, perConn := range []int{1, 100} {
-		b.Run(fmt.Sprintf("perconn=%d", perConn), func(b *testing.B) {
-			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, perConn, window, profDir)
+	ca, err := testcert.Write(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		perConn int
+		tls     bool
+	}{{1, false}, {100, false}, {1, true}} {
+		name := fmt.Sprintf("perconn=%d", c.perConn)
+		var files *testcert.Files
+		if c.tls {
+			name, files = name+",tls", &ca
+		}
+		b.Run(name, func(b *testing.B) {
+			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, c.perConn, window, profDir, files)
 		})
 	}
 }
 
-func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Duration, profDir string) {
+// benchHubEdges runs one case of BenchmarkHub10kEdges; with ca, the hub
+// serves TLS with its certificate and the clients verify it.
+func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Duration, profDir string, ca *testcert.Files) {
 	const interval = 10 * time.Second
 	dir := b.TempDir()
 	var tokens strings.Builder
@@ -1084,6 +1105,20 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 	}
 	hubProc := &testproc.Proc{Name: "hub", Args: []string{hubBin, "--data-dir", filepath.Join(dir, "hub"),
 		"--grpc-addr", addr, "--http-addr", httpAddr, "--edge-tokens-file", tokFile, "--api-token", scaleAdminToken}}
+	creds, web := insecure.NewCredentials(), http.DefaultClient
+	scheme := "http://"
+	if ca != nil {
+		hubProc.Args = append(hubProc.Args, "--tls-cert-file", ca.Cert, "--tls-key-file", ca.Key)
+		pem, err := os.ReadFile(ca.CA)
+		if err != nil {
+			b.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		cfg := &tls.Config{RootCAs: roots}
+		creds, web, scheme = credentials.NewTLS(cfg), &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, "https://"
+	}
+	metricsURL := scheme + httpAddr + "/metrics"
 	hubProc.Start(b)
 	defer hubProc.Kill()
 	hubProc.WaitLog(b, "runnel-hub: ready")
@@ -1106,7 +1141,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 	start := time.Now()
 	for i, id := range ids {
 		if i%perConn == 0 {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 				// As the edge's uplink dials.
 				grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
 				// The simulator's side of 10,000 connections: small buffers.
@@ -1128,7 +1163,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 			time.Sleep(50 * time.Millisecond) // a ramp, not a stampede
 		}
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(scaleBearer(scaleAdminToken)))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(scaleBearer(scaleAdminToken)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -1195,7 +1230,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 	for b.Loop() {
 		// The Go runtime's counters at the start (a scrape before the
 		// window, so that its CPU is not in it).
-		before := scaleScrape(b, httpAddr)
+		before := scaleScrape(b, web, metricsURL)
 		cpu0, _, _ := scaleProcStat(b, pid)
 		sent0, t0 := sent.Load(), time.Now()
 		// RSS goes up and down with the garbage collector: sampled every
@@ -1220,7 +1255,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 		// A Prometheus scrape (fleet.edge_metrics at its default: at
 		// 10,000 edges, aggregates only).
 		t1 := time.Now()
-		body := scaleScrape(b, httpAddr)
+		body := scaleScrape(b, web, metricsURL)
 		scrapeMs = float64(time.Since(t1).Microseconds()) / 1e3
 		b.Logf("a scrape of /metrics: %.1f ms, %d bytes, %d lines", scrapeMs, len(body), bytes.Count(body, []byte("\n")))
 		mb := func(name string) float64 { return scaleGauge(body, name) / (1 << 20) }
@@ -1233,7 +1268,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 		if pprofAddr != "" {
 			for _, p := range []string{"heap?gc=1", "goroutine", "profile?seconds=30"} {
 				what, _, _ := strings.Cut(p, "?")
-				name := fmt.Sprintf("hub-perconn=%d-%s.pb.gz", perConn, what)
+				name := fmt.Sprintf("hub-%s-%s.pb.gz", strings.TrimPrefix(b.Name(), "BenchmarkHub10kEdges/"), what)
 				scaleSaveProfile(b, "http://"+pprofAddr+"/debug/pprof/"+p, filepath.Join(profDir, name))
 			}
 		}
@@ -1246,10 +1281,10 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 	b.ReportMetric(statusRate, "statuses/s")
 }
 
-// scaleScrape is the hub's /metrics.
-func scaleScrape(tb testing.TB, httpAddr string) []byte {
+// scaleScrape is the hub's /metrics, at url.
+func scaleScrape(tb testing.TB, web *http.Client, url string) []byte {
 	tb.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	resp, err := web.Get(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
