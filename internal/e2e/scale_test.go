@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +28,7 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -36,6 +39,7 @@ import (
 	"github.com/runnel-io/runnel/hub/fleet"
 	"github.com/runnel-io/runnel/hub/server"
 	"github.com/runnel-io/runnel/internal/testbroker"
+	"github.com/runnel-io/runnel/internal/testcert"
 	"github.com/runnel-io/runnel/internal/testproc"
 	"github.com/runnel-io/runnel/operators"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
@@ -1016,8 +1020,17 @@ func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent
 // time of a /metrics scrape after it. perconn=1 is the field: each edge
 // on a connection of its own, which pings every 20 s as the edge's uplink
 // does; perconn=100 puts 100 edges' streams on one connection, which
-// tells the connections' share of the cost from the streams'. Run with
-// -benchtime=1x; RUNNEL_HUB_EDGES changes the 10,000.
+// tells the connections' share of the cost from the streams'.
+// perconn=1,tls is the field over TLS (the hub's certificate from
+// internal/testcert, verified by the clients). Run with
+// -benchtime=1x; RUNNEL_HUB_EDGES changes the 10,000. RUNNEL_HUB_PROFILE
+// names a directory: the hub is built with -tags runnelpprof, and after
+// the window its heap profile (after a collection) and goroutine profile
+// are saved there, and a CPU profile of 30 s after it:
+// hub-CASE-heap.pb.gz, -goroutine.pb.gz and -profile.pb.gz (CASE:
+// perconn=1 and so on).
+// RUNNEL_HUB_ENV adds NAME=value pairs (space-separated) to the hub's
+// environment, such as GOGC=50.
 func BenchmarkHub10kEdges(b *testing.B) {
 	n := 10000
 	if s := os.Getenv("RUNNEL_HUB_EDGES"); s != "" {
@@ -1035,15 +1048,34 @@ func BenchmarkHub10kEdges(b *testing.B) {
 	}
 	scaleRaiseFileLimit(b)
 	bin := b.TempDir()
-	testproc.Build(b, bin, "../../cmd/runnel-hub")
-	for _, perConn := range []int{1, 100} {
-		b.Run(fmt.Sprintf("perconn=%d", perConn), func(b *testing.B) {
-			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, perConn, window)
+	profDir := os.Getenv("RUNNEL_HUB_PROFILE")
+	if profDir != "" {
+		testproc.Build(b, bin, "-tags=runnelpprof", "../../cmd/runnel-hub")
+	} else {
+		testproc.Build(b, bin, "../../cmd/runnel-hub")
+	}
+	ca, err := testcert.Write(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		perConn int
+		tls     bool
+	}{{1, false}, {100, false}, {1, true}} {
+		name := fmt.Sprintf("perconn=%d", c.perConn)
+		var files *testcert.Files
+		if c.tls {
+			name, files = name+",tls", &ca
+		}
+		b.Run(name, func(b *testing.B) {
+			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, c.perConn, window, profDir, files)
 		})
 	}
 }
 
-func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Duration) {
+// benchHubEdges runs one case of BenchmarkHub10kEdges; with ca, the hub
+// serves TLS with its certificate and the clients verify it.
+func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Duration, profDir string, ca *testcert.Files) {
 	const interval = 10 * time.Second
 	dir := b.TempDir()
 	var tokens strings.Builder
@@ -1057,8 +1089,36 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 		b.Fatal(err)
 	}
 	addr, httpAddr := scaleFreeAddr(b), scaleFreeAddr(b)
+	pprofAddr := ""
+	if profDir != "" {
+		pprofAddr = scaleFreeAddr(b)
+		b.Setenv("RUNNEL_HUB_PPROF", pprofAddr)
+	}
+	// The Go runtime reads GOGC and GODEBUG when a process starts: set
+	// here, they apply to the hub's process, not to this one.
+	for _, kv := range strings.Fields(os.Getenv("RUNNEL_HUB_ENV")) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			b.Fatalf("RUNNEL_HUB_ENV: %q is not NAME=value", kv)
+		}
+		b.Setenv(k, v)
+	}
 	hubProc := &testproc.Proc{Name: "hub", Args: []string{hubBin, "--data-dir", filepath.Join(dir, "hub"),
 		"--grpc-addr", addr, "--http-addr", httpAddr, "--edge-tokens-file", tokFile, "--api-token", scaleAdminToken}}
+	creds, web := insecure.NewCredentials(), http.DefaultClient
+	scheme := "http://"
+	if ca != nil {
+		hubProc.Args = append(hubProc.Args, "--tls-cert-file", ca.Cert, "--tls-key-file", ca.Key)
+		pem, err := os.ReadFile(ca.CA)
+		if err != nil {
+			b.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		cfg := &tls.Config{RootCAs: roots}
+		creds, web, scheme = credentials.NewTLS(cfg), &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, "https://"
+	}
+	metricsURL := scheme + httpAddr + "/metrics"
 	hubProc.Start(b)
 	defer hubProc.Kill()
 	hubProc.WaitLog(b, "runnel-hub: ready")
@@ -1081,7 +1141,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 	start := time.Now()
 	for i, id := range ids {
 		if i%perConn == 0 {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 				// As the edge's uplink dials.
 				grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
 				// The simulator's side of 10,000 connections: small buffers.
@@ -1103,7 +1163,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 			time.Sleep(50 * time.Millisecond) // a ramp, not a stampede
 		}
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(scaleBearer(scaleAdminToken)))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(scaleBearer(scaleAdminToken)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -1168,6 +1228,9 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 
 	var cpuPct, rssMB, meanMB, perEdge, statusRate, scrapeMs float64
 	for b.Loop() {
+		// The Go runtime's counters at the start (a scrape before the
+		// window, so that its CPU is not in it).
+		before := scaleScrape(b, web, metricsURL)
 		cpu0, _, _ := scaleProcStat(b, pid)
 		sent0, t0 := sent.Load(), time.Now()
 		// RSS goes up and down with the garbage collector: sampled every
@@ -1192,17 +1255,23 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 		// A Prometheus scrape (fleet.edge_metrics at its default: at
 		// 10,000 edges, aggregates only).
 		t1 := time.Now()
-		resp, err := http.Get("http://" + httpAddr + "/metrics")
-		if err != nil {
-			b.Fatal(err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 {
-			b.Fatalf("/metrics: %d %v", resp.StatusCode, err)
-		}
+		body := scaleScrape(b, web, metricsURL)
 		scrapeMs = float64(time.Since(t1).Microseconds()) / 1e3
 		b.Logf("a scrape of /metrics: %.1f ms, %d bytes, %d lines", scrapeMs, len(body), bytes.Count(body, []byte("\n")))
+		mb := func(name string) float64 { return scaleGauge(body, name) / (1 << 20) }
+		delta := func(name string) float64 { return scaleGauge(body, name) - scaleGauge(before, name) }
+		b.Logf("hub's Go runtime: heap in use %.1f MiB (%.1f allocated, next collection at %.1f), stacks %.1f MiB, %.0f goroutines, %.1f MiB from the OS; "+
+			"over the window %.0f collections, %.2f MiB/s allocated",
+			mb("go_memstats_heap_inuse_bytes"), mb("go_memstats_heap_alloc_bytes"), mb("go_memstats_next_gc_bytes"), mb("go_memstats_stack_inuse_bytes"),
+			scaleGauge(body, "go_goroutines"), mb("go_memstats_sys_bytes"),
+			delta("go_gc_duration_seconds_count"), delta("go_memstats_alloc_bytes_total")/(1<<20)/el.Seconds())
+		if pprofAddr != "" {
+			for _, p := range []string{"heap?gc=1", "goroutine", "profile?seconds=30"} {
+				what, _, _ := strings.Cut(p, "?")
+				name := fmt.Sprintf("hub-%s-%s.pb.gz", strings.TrimPrefix(b.Name(), "BenchmarkHub10kEdges/"), what)
+				scaleSaveProfile(b, "http://"+pprofAddr+"/debug/pprof/"+p, filepath.Join(profDir, name))
+			}
+		}
 	}
 	b.ReportMetric(scrapeMs, "scrape-ms")
 	b.ReportMetric(cpuPct, "hub-cpu-%")
@@ -1210,6 +1279,53 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 	b.ReportMetric(meanMB, "hub-rss-mean-MiB")
 	b.ReportMetric(perEdge, "bytes/edge")
 	b.ReportMetric(statusRate, "statuses/s")
+}
+
+// scaleScrape is the hub's /metrics, at url.
+func scaleScrape(tb testing.TB, web *http.Client, url string) []byte {
+	tb.Helper()
+	resp, err := web.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		tb.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	return body
+}
+
+// scaleGauge is the value of an unlabelled metric in a Prometheus text
+// exposition, or NaN if it has none.
+func scaleGauge(body []byte, name string) float64 {
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return math.NaN()
+}
+
+// scaleSaveProfile saves the profile url answers to path.
+func scaleSaveProfile(tb testing.TB, url, path string) {
+	tb.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		tb.Fatalf("%s: %d %v", url, resp.StatusCode, err)
+	}
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("profile saved to %s", path)
 }
 
 func scaleFreeAddr(tb testing.TB) string {
