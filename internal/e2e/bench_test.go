@@ -3,9 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/runnel-io/runnel/hub"
 	"github.com/runnel-io/runnel/hub/server"
+	"github.com/runnel-io/runnel/internal/testcert"
 	"github.com/runnel-io/runnel/operators"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/grpczstd"
@@ -118,12 +122,24 @@ func BenchmarkUplinkBytes(b *testing.B) {
 }
 
 // BenchmarkUplinkToHub measures partials/s from edges' outboxes to a hub
-// over loopback gRPC (zstd, tokens, plaintext), until the hub has made
-// every partial durable (bbolt with fsync) and acked it. Each op is one
-// partial.
+// over loopback gRPC (zstd, tokens; plaintext, or TLS with tls=true, the
+// hub's certificate from internal/testcert), until the hub has made every
+// partial durable (bbolt with fsync) and acked it. Each op is one partial.
 func BenchmarkUplinkToHub(b *testing.B) {
-	for _, edges := range []int{1, 4} {
-		b.Run(fmt.Sprintf("edges=%d", edges), func(b *testing.B) {
+	ca, err := testcert.Write(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		edges int
+		tls   bool
+	}{{1, false}, {4, false}, {1, true}} {
+		name := fmt.Sprintf("edges=%d", c.edges)
+		if c.tls {
+			name += ",tls"
+		}
+		edges := c.edges
+		b.Run(name, func(b *testing.B) {
 			p := compileBench(b, "scalars")
 			quiet := slog.New(slog.DiscardHandler)
 			core, err := hub.Open(hub.Config{Dir: filepath.Join(b.TempDir(), "hub"), Pipelines: []*operators.Pipeline{p}, Logger: quiet})
@@ -135,7 +151,19 @@ func BenchmarkUplinkToHub(b *testing.B) {
 			for e := range edges {
 				tokens[fmt.Sprintf("gw-%d", e)] = fmt.Sprintf("bench-token-%d-0123456789", e)
 			}
-			srv, err := server.New(core, server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", EdgeTokens: tokens, Insecure: true, Logger: quiet})
+			scfg := server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", EdgeTokens: tokens, Insecure: true, Logger: quiet}
+			var clientTLS *tls.Config
+			if c.tls {
+				scfg.CertFile, scfg.KeyFile, scfg.Insecure = ca.Cert, ca.Key, false
+				pem, err := os.ReadFile(ca.CA)
+				if err != nil {
+					b.Fatal(err)
+				}
+				roots := x509.NewCertPool()
+				roots.AppendCertsFromPEM(pem)
+				clientTLS = &tls.Config{RootCAs: roots}
+			}
+			srv, err := server.New(core, scfg)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -156,7 +184,7 @@ func BenchmarkUplinkToHub(b *testing.B) {
 			began := time.Now()
 			for e := range edges {
 				u, err := uplink.New(uplink.Config{EdgeID: fmt.Sprintf("gw-%d", e), Hub: srv.GRPCAddr().String(),
-					Token: tokens[fmt.Sprintf("gw-%d", e)], Insecure: true, Logger: quiet}, obs[e])
+					Token: tokens[fmt.Sprintf("gw-%d", e)], TLS: clientTLS, Insecure: clientTLS == nil, Logger: quiet}, obs[e])
 				if err != nil {
 					b.Fatal(err)
 				}
