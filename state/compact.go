@@ -17,6 +17,10 @@ const compactMinBytes = 1 << 20
 // keeps a transaction's dirty pages in memory).
 const compactTxBytes = 16 << 20
 
+// compactCopying, when set (by a test), is called once the copy's file
+// exists and before the copy starts.
+var compactCopying func()
+
 // Compaction is what Open's compaction did (Options.CompactFree).
 type Compaction struct {
 	// Before and After are the bytes of the file's pages up to bbolt's
@@ -63,6 +67,9 @@ func (s *Store) compactIfFree(o Options) (*Store, error) {
 	dst, err := bolt.Open(tmp, o.FileMode, &bolt.Options{NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, PageSize: int(ps)})
 	if err != nil {
 		return failed(fmt.Errorf("state: compact: %w", err))
+	}
+	if compactCopying != nil {
+		compactCopying()
 	}
 	if err := bolt.Compact(dst, s.db, compactTxBytes); err != nil {
 		dst.Close()

@@ -6,4 +6,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if compactChild() {
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
