@@ -186,8 +186,11 @@ func TestDiskCapHoldsMessagesAtBroker(t *testing.T) {
 	used, _ := strconv.ParseInt(metric(t, c.addr, "runnel_edge_disk_used_bytes"), 10, 64)
 	// One message past the cap at most, and the state file's new pages
 	// for the results of what the log holds (counted at the commit that
-	// makes them: docs/design.md, "The edge passes its own cap").
-	if used > c.diskCap+8<<10 {
+	// makes them: docs/design.md, "The edge passes its own cap"), whole
+	// 4 KiB pages: 4.1 KB over on a quiet machine, 8.2 KB once under CI's
+	// load. A check per batch instead of per message would pass it by up
+	// to the 40 KB the publisher sends without waiting.
+	if used > c.diskCap+16<<10 {
 		t.Errorf("the edge uses %d bytes of disk at the cap %d", used, c.diskCap)
 	}
 	if err := c.stop(); err != nil {
