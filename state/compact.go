@@ -62,9 +62,8 @@ func (s *Store) compactIfFree(o Options) (*Store, error) {
 	if hwm < compactMinBytes || float64(free) < o.CompactFree*float64(hwm) {
 		return s, nil
 	}
-	ps := int64(s.db.Info().PageSize)
 	began := time.Now()
-	dst, err := bolt.Open(tmp, o.FileMode, &bolt.Options{NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, PageSize: int(ps)})
+	dst, err := bolt.Open(tmp, o.FileMode, &bolt.Options{NoSync: o.NoSync, FreelistType: bolt.FreelistMapType, PageSize: s.db.Info().PageSize})
 	if err != nil {
 		return failed(fmt.Errorf("state: compact: %w", err))
 	}

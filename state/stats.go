@@ -3,8 +3,6 @@ package state
 import (
 	"os"
 	"sync/atomic"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // WriteStats counts what a Store's Updates wrote to its file since Open, as
@@ -57,9 +55,8 @@ func (s *Store) countCommit() {
 	if fi, err := os.Stat(s.path); err == nil {
 		s.wc.fileBytes.Store(fi.Size())
 	}
-	var hwm int64
-	if s.db.View(func(tx *bolt.Tx) error { hwm = tx.Size(); return nil }) == nil {
-		s.wc.dataBytes.Store(max(hwm-int64(st.FreePageN+st.PendingPageN)*ps, 0))
+	if hwm, free, err := s.pageUse(); err == nil {
+		s.wc.dataBytes.Store(max(hwm-free, 0))
 	}
 }
 
