@@ -44,6 +44,28 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
 }
 
+// procSwitches returns the context switches of process pid's threads so
+// far (those of threads that have exited are not counted): each is a
+// thread going to sleep or being preempted, so their count per message
+// is the wake-ups that cost an edge its CPU.
+func procSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "voluntary_ctxt_switches:") || strings.HasPrefix(line, "nonvoluntary_ctxt_switches:") {
+				v, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
 // procPeakRSS returns the peak resident set of process pid in bytes.
 func procPeakRSS(pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -57,6 +79,19 @@ func procPeakRSS(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// edgeBinary builds runnel-edge into dir, or returns RUNNEL_BENCH_EDGE_BIN,
+// a binary built elsewhere (another commit's, for runs side by side).
+func edgeBinary(b *testing.B, dir string) string {
+	if bin := os.Getenv("RUNNEL_BENCH_EDGE_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(dir, "runnel-edge")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // BenchmarkEdgeIngest sends QoS 1 readings of 10^5 devices through a real
@@ -88,7 +123,7 @@ func benchEdgeIngest(b *testing.B, devices int) {
 	// reports the receiver process's rate, CPU time and peak RSS.
 	stream := func(b *testing.B, hostPort string, pid int, received func(sent int)) {
 		pub := testbroker.NewPublisher(b, hostPort)
-		cpu0 := procCPU(pid)
+		cpu0, sw0 := procCPU(pid), procSwitches(pid)
 		sent := 0
 		began := time.Now()
 		for b.Loop() {
@@ -104,19 +139,12 @@ func benchEdgeIngest(b *testing.B, devices int) {
 		cpu := procCPU(pid) - cpu0
 		b.ReportMetric(float64(sent)/elapsed.Seconds(), "msgs/s")
 		b.ReportMetric(cpu.Seconds()*100_000/float64(sent), "cpu-s/100k")
+		b.ReportMetric(float64(procSwitches(pid)-sw0)*100_000/float64(sent), "switches/100k")
 		b.ReportMetric(float64(procPeakRSS(pid))/(1<<20), "peak-rss-MiB")
 	}
 	b.Run("receiver=runnel-edge", func(b *testing.B) {
 		dir := b.TempDir()
-		// RUNNEL_BENCH_EDGE_BIN runs a binary built elsewhere (another
-		// commit's, for runs side by side).
-		bin := os.Getenv("RUNNEL_BENCH_EDGE_BIN")
-		if bin == "" {
-			bin = filepath.Join(dir, "runnel-edge")
-			if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
-				b.Fatalf("build: %v\n%s", err, out)
-			}
-		}
+		bin := edgeBinary(b, dir)
 		spec := filepath.Join(dir, "bench.yaml")
 		os.WriteFile(spec, []byte(benchEdgeSpec), 0o644)
 		m := testbroker.Start(b)
@@ -158,13 +186,22 @@ func benchEdgeIngest(b *testing.B, devices int) {
 				os.WriteFile(fmt.Sprintf("%s.devices=%d", f, devices), data, 0o644)
 			}()
 		}
+		fsyncs := func() float64 {
+			v, _ := strconv.ParseFloat(metricValue("127.0.0.1:19481", "runnel_edge_ingest_log_fsyncs_total"), 64)
+			return v
+		}
+		fsyncs0, total := fsyncs(), 0
 		stream(b, m.HostPort(), cmd.Process.Pid, func(sent int) {
 			// Scrapes cost the edge CPU too: only after the stream, every
 			// 20 ms (a coarser poll would add its overshoot to its time).
 			for in() < int64(sent) {
 				time.Sleep(20 * time.Millisecond)
 			}
+			total = sent
 		})
+		// The group commits: each is a wake-up of the committer, the
+		// pump and the workers, and an fsync.
+		b.ReportMetric((fsyncs()-fsyncs0)*100_000/float64(total), "commits/100k")
 	})
 	b.Run("receiver=bare-paho", func(b *testing.B) {
 		m := testbroker.Start(b)

@@ -263,6 +263,7 @@ func (n *node) serveHTTP(ctx context.Context, addr string) (func(), error) {
 	// by default.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/healthz", health.Handler(func() health.Report { return n.health(time.Now()) }))
 	mux.HandleFunc("/admin/snapshot", n.serveSnapshot)
 	ln, err := net.Listen("tcp", addr)

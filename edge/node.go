@@ -607,17 +607,27 @@ func (n *node) handle(b *mqtt.Batch) {
 	n.appendClock(now)
 	bounded := true
 	for {
+		// The batch is committed here, on the source's reader: the
+		// committer goroutine is not woken for it, and the acks leave
+		// from the goroutine that owns the connection.
+		n.log.BeginCommit()
 		i, last, appended, err := n.appendMessages(b.Messages, bounded)
+		head, tail := b.Split(i)
+		if err == nil && appended {
+			n.acks.push(pendingAck{last: last, mqtt: head})
+		}
+		if cerr := n.log.Commit(); err == nil {
+			err = cerr
+		}
 		if err != nil {
 			// The log has failed: the node stops, and the broker
 			// redelivers the batch to the next run.
 			n.lg.Error("edge: ingest log append; the broker will redeliver", "err", err)
 			return
 		}
-		head, tail := b.Split(i)
 		if appended {
-			n.acks.push(pendingAck{last: last, mqtt: head})
-			// The commit may have happened between Append and push.
+			// Another commit may have made the batch durable before
+			// its ack was queued.
 			n.acks.durable(n.log.Durable())
 		} else {
 			head.Ack()
@@ -993,6 +1003,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 	}
 	draining := false
 	lastFlush := time.Now()
+	unflushed := false // records fed since the last flush
+	due := time.NewTimer(time.Hour)
+	due.Stop()
+	defer due.Stop()
 	for {
 		rec, pos, err := rd.Next()
 		switch {
@@ -1003,6 +1017,7 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			if err := n.feed(rec, pos); err != nil {
 				return err
 			}
+			unflushed = true
 			n.pumpPos.Store(uint64(pos) + 1)
 			next = pos + 1
 			if err := budgetBarrier(); err != nil {
@@ -1034,11 +1049,15 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 		// Caught up. Flush partial batches (so results and the watermark
 		// move) at most every flushEvery: flushing whenever the reader
 		// catches up would send one-record batches at low rates.
-		if now := time.Now(); now.Sub(lastFlush) >= flushEvery {
+		now := time.Now()
+		if now.Sub(lastFlush) >= flushEvery {
 			lastFlush = now
-			for _, ps := range n.pipes {
-				if err := ps.rt.Flush(); err != nil {
-					return err
+			if unflushed {
+				unflushed = false
+				for _, ps := range n.pipes {
+					if err := ps.rt.Flush(); err != nil {
+						return err
+					}
 				}
 			}
 			// While input is quiet, clock records go on for as long as
@@ -1047,10 +1066,22 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 				n.appendClock(ms)
 			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, flushEvery)
-		err = n.log.WaitDurable(wctx, next)
-		cancel()
+		// Wait for the next commit, a request or the checkpoint tick;
+		// and for the next flush only while there is something to flush,
+		// or for the next clock record while one is due: an idle edge
+		// sleeps until the tick.
+		var flush <-chan time.Time
+		if ms, h := now.UnixMilli(), n.idleHorizon.Load(); unflushed || h > 0 && ms-n.lastMessage.Load() <= h {
+			at := lastFlush.Add(flushEvery)
+			if !unflushed {
+				at = time.UnixMilli(n.lastClock.Load() + clockEvery)
+			}
+			due.Reset(max(at.Sub(now), 0))
+			flush = due.C
+		}
 		select {
+		case <-n.log.DurableSignal(next):
+		case <-flush:
 		case <-tick.C:
 			if err := tickBarrier(); err != nil {
 				return err
@@ -1067,8 +1098,8 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 			draining = true
 		case <-ctx.Done():
 			return ctx.Err()
-		default:
 		}
+		due.Stop()
 	}
 }
 

@@ -58,10 +58,7 @@ type wearEdge struct {
 
 func startWearEdge(b *testing.B, brokerAddr, httpAddr string, args ...string) *wearEdge {
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "runnel-edge")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := edgeBinary(b, dir)
 	spec := filepath.Join(dir, "bench.yaml")
 	if err := os.WriteFile(spec, []byte(benchEdgeSpec), 0o644); err != nil {
 		b.Fatal(err)
@@ -141,7 +138,8 @@ func (e *wearEdge) waitMetric(b *testing.B, name string, ok func(int64) bool) {
 //
 // The idle case publishes a few readings, waits until checkpoint ticks
 // are skipped (nothing left to commit), then counts write_bytes over 20 s
-// with checkpoints every 100 ms (200 ticks); it must be 0.
+// with checkpoints every 100 ms (200 ticks); it must be 0. It reports the
+// CPU time and context switches of those 20 s too.
 func BenchmarkEdgeWear(b *testing.B) {
 	for _, devices := range []int{100_000, 10} {
 		b.Run(fmt.Sprintf("devices=%d", devices), func(b *testing.B) {
@@ -203,17 +201,24 @@ func BenchmarkEdgeWear(b *testing.B) {
 		e.waitMetric(b, "runnel_edge_checkpoints_skipped_total", func(v int64) bool { return v >= sk+5 })
 		const span = 20 * time.Second
 		var d procIO
-		var ck0, ck1 int64
+		var ck0, ck1, switches int64
+		var cpu time.Duration
+		pid := e.cmd.Process.Pid
 		for b.Loop() {
 			ck0 = e.metric("runnel_edge_checkpoints_total")
-			io0 := readProcIO(b, e.cmd.Process.Pid)
+			io0, cpu0, sw0 := readProcIO(b, pid), procCPU(pid), procSwitches(pid)
 			time.Sleep(span) // no scrape meanwhile: it would count in wchar
-			d = readProcIO(b, e.cmd.Process.Pid).sub(io0)
+			d = readProcIO(b, pid).sub(io0)
+			cpu, switches = procCPU(pid)-cpu0, procSwitches(pid)-sw0
 			ck1 = e.metric("runnel_edge_checkpoints_total")
 		}
 		perMin := float64(time.Minute) / float64(span)
 		b.ReportMetric(float64(d.WriteBytes)*perMin, "disk-B/min")
 		b.ReportMetric(float64(d.WChar)*perMin, "wchar-B/min")
+		// What idling costs the gateway's CPU: the checkpoint ticks
+		// (here ten a second), the MQTT keep-alive, the runtime.
+		b.ReportMetric(float64(cpu.Milliseconds())*perMin, "cpu-ms/min")
+		b.ReportMetric(float64(switches)*perMin, "switches/min")
 		b.ReportMetric(float64(ck1-ck0), "checkpoints")
 		if d.WriteBytes != 0 {
 			b.Errorf("an idle edge wrote %d bytes to disk in %v (%d checkpoints)", d.WriteBytes, span, ck1-ck0)

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// The committer: the one goroutine that writes and fsyncs. It takes the
-// whole pending block at once (Append keeps filling the other buffer
+// The committer: the goroutine that writes and fsyncs, unless an appender
+// commits its own batch (BeginCommit, Commit) under the same lock. It takes
+// the whole pending block at once (Append keeps filling the other buffer
 // meanwhile), so that one batch is one frame, one write and one fsync. That
 // is what lets Open tell a torn tail from damage: only the last write can be
 // torn, and it holds one frame.
@@ -23,20 +24,27 @@ func (l *Log) run() {
 		select {
 		case <-l.kick:
 		case done := <-l.seal:
+			l.commitMu.Lock()
 			err := l.sealActive()
+			l.commitMu.Unlock()
 			done <- err
 			if err != nil {
 				<-l.stop
 				return
 			}
 		case <-l.stop:
+			l.commitMu.Lock()
 			l.drain()
+			l.commitMu.Unlock()
 			return
 		}
 		for {
 			ready, wait := l.ready(time.Now())
 			if ready {
-				if err := l.commit(); err != nil {
+				l.commitMu.Lock()
+				err := l.commit()
+				l.commitMu.Unlock()
+				if err != nil {
 					<-l.stop // failed: nothing more to write, wait for Close
 					return
 				}
@@ -51,7 +59,9 @@ func (l *Log) run() {
 			case <-timer.C:
 			case <-l.stop:
 				timer.Stop()
+				l.commitMu.Lock()
 				l.drain()
+				l.commitMu.Unlock()
 				return
 			}
 			timer.Stop()
@@ -124,6 +134,8 @@ func (l *Log) drain() {
 
 // finish closes what the committer owns and tells Close and the waiters.
 func (l *Log) finish() {
+	l.commitMu.Lock()
+	defer l.commitMu.Unlock()
 	var errs []error
 	if l.active != nil {
 		if err := l.active.Close(); err != nil {
@@ -307,4 +319,32 @@ func (l *Log) createSegment(first Position) (File, *segment, error) {
 		index: make([]indexEntry, 0, l.opts.SegmentSize/indexEvery+1),
 	}
 	return f, seg, nil
+}
+
+// BeginCommit tells the log that the caller will commit what it appends
+// next itself, with Commit: those records do not wake the committer to
+// start the group delay. An appender that has a whole batch at once (the
+// MQTT source's reader, after one read) saves the committer's two
+// wake-ups a commit, and its acks leave from its own goroutine. Each
+// BeginCommit is followed by one Commit.
+func (l *Log) BeginCommit() { l.callers.Add(1) }
+
+// Commit writes and fsyncs the records appended so far (anyone's), on the
+// caller's goroutine, and returns once they are durable or the log has
+// failed. Commits are serialised with the committer's, so only one write
+// is ever unsynced. After Close it commits nothing: Close's drain has.
+func (l *Log) Commit() error {
+	defer l.callers.Add(-1)
+	l.commitMu.Lock()
+	defer l.commitMu.Unlock()
+	l.mu.Lock()
+	err, pending := l.err, l.pendCount > 0
+	if l.exited && err == nil && pending {
+		err = ErrClosed // dropped by a Close that timed out
+	}
+	l.mu.Unlock()
+	if err != nil || !pending {
+		return err
+	}
+	return l.commit()
 }

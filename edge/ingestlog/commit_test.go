@@ -3,11 +3,15 @@ package ingestlog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/runnel-io/runnel/edge/ingestlog"
 	"github.com/runnel-io/runnel/edge/ingestlog/faultfs"
@@ -176,4 +180,121 @@ func TestCloseDeadline(t *testing.T) {
 			t.Fatalf("WaitDurable(2): %v, want nil or ErrClosed", err)
 		}
 	})
+}
+
+// TestCommitOnCaller: records appended after BeginCommit are durable when
+// Commit returns, in one fsync, though the group delay has not passed; the
+// committer commits nothing more after it.
+func TestCommitOnCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		fsys := memFS()
+		l, _ := mustOpen(t, logDir, ingestlog.Options{FS: fsys, GroupDelay: time.Hour})
+		defer mustClose(t, l)
+		syncs := countSyncs(fsys)
+		for round := range 3 {
+			l.BeginCommit()
+			for range 5 {
+				if _, err := l.Append(ctx, []byte("reading")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := l.Durable(), ingestlog.Position(5*(round+1)); got != want {
+				t.Fatalf("durable %d after Commit, want %d", got, want)
+			}
+		}
+		time.Sleep(2 * time.Hour)
+		synctest.Wait()
+		if got := syncs.Load(); got != 3 {
+			t.Fatalf("%d fsyncs, want one a Commit (3)", got)
+		}
+		got, err := readAll(l, 0)
+		if err != nil || len(got) != 15 {
+			t.Fatalf("read %d records (%v), want 15", len(got), err)
+		}
+	})
+}
+
+// TestCommitBlockedAppend: an Append after BeginCommit that finds
+// MaxUnsynced bytes waiting (below GroupBytes) wakes the committer rather
+// than wait for a commit nobody was told to make.
+func TestCommitBlockedAppend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l, _ := mustOpen(t, logDir, ingestlog.Options{FS: memFS(), GroupDelay: 2 * time.Millisecond,
+			GroupBytes: 1000, MaxUnsynced: 1000, MaxRecordSize: 600})
+		defer mustClose(t, l)
+		l.BeginCommit()
+		rec := make([]byte, 500)
+		for range 2 {
+			if _, err := l.Append(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Durable(); got != 2 {
+			t.Fatalf("durable %d, want 2", got)
+		}
+	})
+}
+
+// TestCommitConcurrent: appenders that commit their own batches, plain
+// appenders and the committer share the log; every record is read back
+// once, in the order of its positions, after a reopen. Run with -race.
+func TestCommitConcurrent(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l, _ := mustOpen(t, dir, ingestlog.Options{GroupDelay: 100 * time.Microsecond, Sync: ingestlog.SyncNever})
+	var mu sync.Mutex
+	want := map[ingestlog.Position]string{}
+	var g errgroup.Group
+	for w := range 3 {
+		g.Go(func() error {
+			for i := range 200 {
+				batch := w < 2 // two commit their own batches, one does not
+				if batch {
+					l.BeginCommit()
+				}
+				for j := range 1 + i%5 {
+					rec := fmt.Sprintf("w%d-%d-%d", w, i, j)
+					pos, err := l.Append(ctx, []byte(rec))
+					if err != nil {
+						return err
+					}
+					mu.Lock()
+					want[pos] = rec
+					mu.Unlock()
+				}
+				if batch {
+					if err := l.Commit(); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	l, _ = mustOpen(t, dir, ingestlog.Options{})
+	defer mustClose(t, l)
+	got, err := readAll(l, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d records, want %d", len(got), len(want))
+	}
+	for i, rec := range got {
+		if w := want[ingestlog.Position(i)]; string(rec) != w {
+			t.Fatalf("record %d is %q, want %q", i, rec, w)
+		}
+	}
 }

@@ -27,7 +27,11 @@
 // Options.OnDurable. Under SyncGroup (the default) it commits when
 // GroupBytes are buffered or the oldest buffered record has waited
 // GroupDelay (2 ms); SyncAlways commits whenever anything is buffered;
-// SyncNever never fsyncs (tests, benchmarks). When MaxUnsynced bytes are
+// SyncNever never fsyncs (tests, benchmarks). An appender that has a whole
+// batch at once commits it itself: BeginCommit, its Appends, Commit, which
+// writes and fsyncs on the caller's goroutine under the lock the committer
+// commits under, so the committer is not woken for it (the edge's MQTT
+// handler does this after each read). When MaxUnsynced bytes are
 // waiting, Append blocks: that is the back-pressure that stops the MQTT
 // handler and so the acks.
 //

@@ -30,7 +30,7 @@ type Log struct {
 	opts Options
 	lock io.Closer
 
-	// Owned by the committer goroutine once Open returns.
+	// Owned by whoever holds commitMu once Open returns.
 	active  File  // the last segment, open read-write
 	written int64 // bytes written to active; its durable size may lag
 	enc     *zstd.Encoder
@@ -66,6 +66,13 @@ type Log struct {
 	framesFromMemory, framesFromFile atomic.Uint64
 
 	deleteMu sync.Mutex // serialises DeleteBefore
+
+	// commitMu is held by whoever writes and fsyncs: the committer
+	// goroutine, or an appender in Commit.
+	commitMu sync.Mutex
+	// callers counts the appenders between BeginCommit and Commit: the
+	// records they append do not start the group delay.
+	callers atomic.Int32
 }
 
 // lastBlock is where the committer's last block went: a Reader that
@@ -237,6 +244,11 @@ func (l *Log) Append(ctx context.Context, rec []byte) (Position, error) {
 		}
 		wake := l.wakeLocked()
 		l.mu.Unlock()
+		// The committer may not have been told of what waits (BeginCommit).
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
 		select {
 		case <-wake:
 		case <-ctx.Done():
@@ -247,7 +259,7 @@ func (l *Log) Append(ctx context.Context, rec []byte) (Position, error) {
 	kick := false
 	if l.pendCount == 0 {
 		l.pendSince = time.Now()
-		kick = true
+		kick = l.callers.Load() == 0
 	}
 	l.pend = binary.AppendUvarint(l.pend, uint64(len(rec)))
 	l.pend = append(l.pend, rec...)
@@ -299,6 +311,25 @@ func (l *Log) WaitDurable(ctx context.Context, pos Position) error {
 		l.mu.Lock()
 	}
 }
+
+// DurableSignal returns a channel that is closed once the record at pos is
+// durable, or at the log's next change of state before that (a commit that
+// ends below pos, a failure, the committer's exit): a select waits on it
+// with other events, then looks at Durable again. It does not allocate
+// when the record is durable already.
+func (l *Log) DurableSignal(pos Position) <-chan struct{} {
+	if l.Durable() > pos {
+		return closedSignal
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Durable() > pos || l.err != nil || l.exited {
+		return closedSignal
+	}
+	return l.wakeLocked()
+}
+
+var closedSignal = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // DeleteBefore removes the segments whose records all lie below pos, oldest
 // first: call it once a checkpoint covers pos. The segment being written is
