@@ -198,7 +198,7 @@ func (n *node) newPipe(ctx context.Context, d pipeDef, restore bool) (*pipe, err
 		outs.close()
 		return nil, err
 	}
-	ps := &pipe{def: d, p: p, outs: outs, side: side, state: newPipeState(n.store.Path(), p.Name, n.store.KeyGroups())}
+	ps := &pipe{def: d, p: p, match: newTopicMatch(p), outs: outs, side: side, state: newPipeState(n.store.Path(), p.Name, n.store.KeyGroups())}
 	for _, o := range p.Spec.Outputs {
 		switch o.Kind {
 		case spec.OutputHub:

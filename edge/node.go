@@ -129,6 +129,7 @@ type node struct {
 	// appended and when the last message was (Unix ms), and how long
 	// after the last message they go on (the pipelines' idle horizon).
 	lastClock, lastMessage atomic.Int64
+	lastTopic              string // the pump's last record's topic (decodeRecord)
 	idleHorizon            atomic.Int64
 	maxRecord              int                  // the ingest log's record limit
 	fed                    uint64               // pump only: messages fed to the pipelines (for the checkpoint's log line)
@@ -188,6 +189,7 @@ type node struct {
 type pipe struct {
 	def   pipeDef // what it runs: a local file's pipeline or a managed revision
 	p     *operators.Pipeline
+	match *topicMatch // p's topic filter
 	rt    *operators.Runtime
 	sink  *stagingSink
 	outs  *fileOutputs
@@ -1109,7 +1111,10 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 // decode (not expected: frames are checked) is a dead letter of every
 // pipeline.
 func (n *node) feed(rec []byte, pos ingestlog.Position) error {
-	r, err := decodeRecord(rec)
+	r, err := decodeRecord(rec, n.lastTopic)
+	if r.topic != "" {
+		n.lastTopic = r.topic
+	}
 	if err != nil || r.kind != recordClock {
 		n.fed++
 	}
@@ -1117,7 +1122,7 @@ func (n *node) feed(rec []byte, pos ingestlog.Position) error {
 		defer n.onFeed(r.payload)
 	}
 	for _, ps := range n.pipes {
-		if ierr := feedRecord(ps.rt, ps.p, rec, r, err, int64(pos), n.maxRecord); ierr != nil {
+		if ierr := feedRecord(ps.rt, ps.match, rec, r, err, int64(pos), n.maxRecord); ierr != nil {
 			return ierr
 		}
 	}
@@ -1128,13 +1133,13 @@ func (n *node) feed(rec []byte, pos ingestlog.Position) error {
 // pos to a pipeline's runtime, as the pump and an archive replay do: a
 // clock record moves its clock, a message of its topics is ingested, an
 // oversized or undecodable one is a dead letter.
-func feedRecord(rt *operators.Runtime, p *operators.Pipeline, rec []byte, r record, err error, pos int64, maxRecord int) error {
+func feedRecord(rt *operators.Runtime, m *topicMatch, rec []byte, r record, err error, pos int64, maxRecord int) error {
 	switch {
 	case err != nil:
 		return rt.Reject(rec[:min(len(rec), oversizedPrefix)], "", pos, err.Error())
 	case r.kind == recordClock:
 		rt.Clock(r.clock)
-	case !matches(p, r.topic):
+	case !m.matches(r.topic):
 	case r.kind == recordOversized:
 		return rt.Reject(r.payload, r.topic, pos, fmt.Sprintf(
 			"message of %d bytes is longer than the ingest log's record limit (%d bytes); its first %d bytes are kept here",
@@ -1149,9 +1154,32 @@ func feedRecord(rt *operators.Runtime, p *operators.Pipeline, rec []byte, r reco
 // caught up with the log.
 const flushEvery = 25 * time.Millisecond
 
-func matches(p *operators.Pipeline, topic string) bool {
+// topicMatch is a pipeline's MQTT topic filter, with its answer for the
+// last topic it was asked about: a stream's messages mostly come a run of
+// one topic at a time, the same string (decodeRecord reuses it).
+type topicMatch struct {
+	filter string
+	all    bool // no MQTT source: every topic
+	last   string
+	ok     bool
+}
+
+func newTopicMatch(p *operators.Pipeline) *topicMatch {
 	m := p.Spec.Source.MQTT
-	return m == nil || mqtt.Match(m.Topic, topic)
+	if m == nil {
+		return &topicMatch{all: true}
+	}
+	return &topicMatch{filter: m.Topic, ok: mqtt.Match(m.Topic, "")}
+}
+
+func (m *topicMatch) matches(topic string) bool {
+	if m.all {
+		return true
+	}
+	if topic != m.last {
+		m.last, m.ok = topic, mqtt.Match(m.filter, topic)
+	}
+	return m.ok
 }
 
 // ackQueue holds the acks of appended batches until the log says their

@@ -315,7 +315,7 @@ func (n *node) selectTopics(ctx context.Context, s ingestlog.Segment) (string, e
 		return "", err
 	}
 	_, err = ingestlog.ReadSegment(ctx, bytes.NewReader(raw), int64(len(raw)), s.Name, func(_ ingestlog.Position, rec []byte) error {
-		r, derr := decodeRecord(rec)
+		r, derr := decodeRecord(rec, "")
 		if derr == nil && r.kind != recordClock && !slices.ContainsFunc(n.raw.cfg.Topics, func(f string) bool { return mqtt.Match(f, r.topic) }) {
 			return nil
 		}

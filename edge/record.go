@@ -67,13 +67,20 @@ func encodeOversized(dst []byte, topic string, payload []byte, size int) []byte 
 
 var errBadRecord = errors.New("edge: ingest record: corrupt")
 
-func decodeRecord(rec []byte) (record, error) {
+// decodeRecord decodes an ingest-log record. A message's topic is last
+// when it reads the same, so that a run of one topic's messages does not
+// allocate a string each.
+func decodeRecord(rec []byte, last string) (record, error) {
 	l, w := binary.Uvarint(rec)
 	if w <= 0 || uint64(len(rec)-w) < l {
 		return record{}, errors.New("edge: ingest record: bad topic length")
 	}
 	if l > 0 {
-		return record{topic: string(rec[w : w+int(l)]), payload: rec[w+int(l):]}, nil
+		topic := last
+		if b := rec[w : w+int(l)]; string(b) != last {
+			topic = string(b)
+		}
+		return record{topic: topic, payload: rec[w+int(l):]}, nil
 	}
 	b := rec[w:]
 	if len(b) == 0 {

@@ -54,9 +54,13 @@ func Replay(ctx context.Context, cfg ReplayConfig) (operators.Stats, error) {
 		rt.Clock(now)
 	}
 	if cfg.Records != nil {
+		match, topic := newTopicMatch(cfg.Pipeline), ""
 		err = cfg.Records(ctx, func(rec []byte, pos int64) error {
-			r, derr := decodeRecord(rec)
-			return feedRecord(rt, cfg.Pipeline, rec, r, derr, pos, ingestlog.DefaultMaxRecordSize)
+			r, derr := decodeRecord(rec, topic)
+			if r.topic != "" {
+				topic = r.topic
+			}
+			return feedRecord(rt, match, rec, r, derr, pos, ingestlog.DefaultMaxRecordSize)
 		})
 	} else {
 		err = feedLines(cfg.Input, cfg.MaxLine, rt)
