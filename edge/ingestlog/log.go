@@ -284,32 +284,25 @@ func (l *Log) Append(ctx context.Context, rec []byte) (Position, error) {
 // log fails or closes before that. pos may lie beyond the last append: a
 // Reader at the durable end waits for its next position this way.
 func (l *Log) WaitDurable(ctx context.Context, pos Position) error {
-	if l.Durable() > pos {
-		return nil
-	}
-	l.mu.Lock()
-	for {
+	for l.Durable() <= pos {
+		l.mu.Lock()
+		err, exited := l.err, l.exited
+		l.mu.Unlock()
 		switch {
 		case l.Durable() > pos:
-			l.mu.Unlock()
 			return nil
-		case l.err != nil:
-			err := l.err
-			l.mu.Unlock()
+		case err != nil:
 			return err
-		case l.exited:
-			l.mu.Unlock()
+		case exited:
 			return ErrClosed
 		}
-		wake := l.wakeLocked()
-		l.mu.Unlock()
 		select {
-		case <-wake:
+		case <-l.DurableSignal(pos):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		l.mu.Lock()
 	}
+	return nil
 }
 
 // DurableSignal returns a channel that is closed once the record at pos is
