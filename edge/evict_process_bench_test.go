@@ -29,7 +29,8 @@ import (
 // 10 min: 10^6 keys of state), checkpoints every second, memory_limit
 // 48MiB (RUNNEL_BENCH_EDGE_ARGS adds flags). The figures: peak-rss-MiB
 // (VmHWM), the replay's CPU time per record, and the resident keys,
-// evictions and reloads when it has caught up.
+// evictions and reloads when it has caught up; then the same for a restart
+// on the data directory it left (restart-*).
 func BenchmarkEvictMemory(b *testing.B) {
 	const devices, records = 1_000_000, 2_000_000
 	bin := filepath.Join(b.TempDir(), "runnel-edge")
@@ -101,10 +102,42 @@ func BenchmarkEvictMemory(b *testing.B) {
 				b.ReportMetric(num("go_memstats_heap_inuse_bytes")/(1<<20), "heap-inuse-MiB")
 				cmd.Process.Signal(os.Interrupt)
 				cmd.Wait()
+				restart(b, cmd.Args, httpAddr)
 				b.StartTimer()
 			}
 		})
 	}
+}
+
+// restart starts the edge again on the data directory it stopped with
+// (a checkpoint of 10^6 keys, the log all covered) and reports the
+// restart's peak RSS, the time until it serves /metrics (the state is
+// restored by then) and the keys it holds then.
+func restart(b *testing.B, args []string, httpAddr string) {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stderr = os.Stderr
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	var resident string
+	var peakAnon, peakFile int64
+	for resident == "" {
+		if time.Since(began) > 5*time.Minute {
+			b.Fatal("the restarted edge did not serve /metrics in 5 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+		anon, file := procRSS(cmd.Process.Pid)
+		peakAnon, peakFile = max(peakAnon, anon), max(peakFile, file)
+		resident = metricLine(httpAddr, "runnel_edge_window_resident_keys")
+	}
+	b.ReportMetric(time.Since(began).Seconds(), "restart-s")
+	b.ReportMetric(float64(procPeakRSS(cmd.Process.Pid))/(1<<20), "restart-peak-rss-MiB")
+	b.ReportMetric(float64(peakAnon)/(1<<20), "restart-peak-anon-MiB")
+	b.ReportMetric(float64(peakFile)/(1<<20), "restart-peak-file-MiB")
+	n, _ := strconv.ParseFloat(resident, 64)
+	b.ReportMetric(n, "restart-resident-keys")
 }
 
 const evictBenchSpec = `name: evict

@@ -209,6 +209,9 @@ func (n *node) newPipe(ctx context.Context, d pipeDef, restore bool) (*pipe, err
 	}
 	ps.sink = &stagingSink{p: p, rev: d.rev, local: !ps.toHub, parts: n.parts, groups: n.store.KeyGroups()}
 	opts := n.cfg.Runtime
+	// The runtime's key groups are the store's: a restore reads them one
+	// by one, which lets eviction work during it (operators.Options.Restore).
+	opts.KeyGroups = n.store.KeyGroups()
 	if restore {
 		opts.Restore = func(fn func(uint64, []byte, []byte) error) error { return ps.state.restore(n.store, fn) }
 	}

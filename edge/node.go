@@ -205,6 +205,11 @@ const (
 	bucketDead   = "deadletter"
 )
 
+// releaseEvery is how many bytes of the state file a long read at start
+// (the outbox's count, a restore) takes before it lets the mapped pages go
+// (state.Tx.ReleasePages).
+const releaseEvery = 8 << 20
+
 // partsBuffered is how many checkpoint parts wait for the writer: those
 // of two checkpoints (a pipeline's part and the pump's). Each part holds a
 // checkpoint's outputs and op records (megabytes at 10^5 keys), so a
@@ -298,8 +303,15 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		if err != nil {
 			return err
 		}
+		// A long outbox (a gateway offline for days) is most of the
+		// file: its pages are let go as the count goes, not kept mapped.
+		var read int64
 		err = ob.ForEach(nil, func(_, v []byte) error {
 			n.status.outboxBytes.Add(int64(len(v)))
+			if read += int64(len(v)); read >= releaseEvery {
+				read = 0
+				return tx.ReleasePages()
+			}
 			return nil
 		})
 		if err != nil {

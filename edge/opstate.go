@@ -335,6 +335,12 @@ func (ps *pipeState) restore(st *state.Store, fn func(hash uint64, key, value []
 			if err != nil {
 				return err
 			}
+			// The group's entries are in the runtime now: its pages
+			// need not stay mapped (a state larger than memory restores
+			// within the bound, operators.Options.Restore).
+			if err := tx.ReleasePages(); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -192,6 +192,11 @@ func (bs *barriers) arrive(id uint64, snap *snapBuf) *Barrier {
 // worker owning their key group; operator metadata to every worker. A hash
 // of 0 is recomputed from the entry's record key.
 func (r *Runtime) restore(load func(fn func(hash uint64, key, value []byte) error) error) error {
+	// With eviction the workers shed keys between key groups, so that a
+	// state larger than memory restores within the bound: the keys of the
+	// groups before are whole. That needs each group's entries together.
+	evict := r.opts.MaxResident > 0 && r.opts.KeyStore != nil
+	group, left := -1, make([]bool, r.opts.KeyGroups)
 	err := load(func(hash uint64, key, value []byte) error {
 		switch {
 		case len(key) == 1 && key[0] == keyWatermark:
@@ -221,7 +226,18 @@ func (r *Runtime) restore(load func(fn func(hash uint64, key, value []byte) erro
 			// The store kept no hash: it is the record key's.
 			hash = xxhash.Sum64(window.RecordKey(key))
 		}
-		return r.workers[r.workerOf(hash)].op.Restore(hash, key, value)
+		w := r.workers[r.workerOf(hash)]
+		if g := int(hash % uint64(r.opts.KeyGroups)); evict && g != group {
+			if left[g] {
+				return fmt.Errorf("%w: key group %d's entries are not together", ErrBadSnapshot, g)
+			}
+			if group >= 0 {
+				left[group] = true
+				r.workers[r.workerOf(uint64(group))].op.ShedRestored()
+			}
+			group = g
+		}
+		return w.op.Restore(hash, key, value)
 	})
 	if err != nil {
 		return fmt.Errorf("operators: restore: %w", err)

@@ -26,6 +26,10 @@ type Options struct {
 
 	// Restore, when set, loads a checkpoint (the entries a BarrierSink got
 	// from a Barrier) before the first record: load calls fn for every entry.
+	// With MaxResident and KeyStore set, the entries of one key group
+	// (hash % KeyGroups) must come together, as the edge's store holds
+	// them: the workers evict the keys of the groups already loaded, so
+	// a state larger than memory restores within the bound.
 	Restore func(fn func(hash uint64, key, value []byte) error) error
 
 	// MaxResident, when positive and KeyStore is set, bounds the keys the
@@ -148,14 +152,22 @@ func (r *Runtime) Budget() Budget {
 	}
 	switch {
 	case r.committed.Load() >= r.epoch && n > bound*3/2:
-		if r.budget.asked && ev < r.budget.evicted+bound/8 {
+		// An early checkpoint asked for is judged once it was injected
+		// (the source may put off a barrier asked for), committed, and
+		// every worker has had a batch since to evict what it let go;
+		// judged sooner, it would look like one that let nothing go.
+		judge := r.budget.asked && r.epoch > r.budget.at
+		if judge && !r.evictedAfter(r.budget.at) {
+			return BudgetOK
+		}
+		if judge && ev < r.budget.evicted+bound/8 {
 			// The last early checkpoint let few keys go: the keys are
 			// held for windows still to fire, not for a checkpoint.
 			// Stop forcing checkpoints until they fall to the bound.
 			r.budget.stuck = true
 			return BudgetOK
 		}
-		r.budget = budgetState{asked: true, evicted: ev}
+		r.budget = budgetState{asked: true, evicted: ev, at: r.epoch}
 		return BudgetCheckpoint
 	case r.committed.Load() < r.epoch && n > 2*bound:
 		return BudgetWait
@@ -169,6 +181,18 @@ type budgetState struct {
 	asked   bool   // an early checkpoint was asked for since the keys were within the bound
 	evicted uint64 // evictions when it was
 	stuck   bool   // it let few keys go: no more until the keys are within the bound
+	at      uint64 // the last barrier injected when it was: the early one comes after
+}
+
+// evictedAfter reports whether every worker has evicted after a commit of
+// a barrier later than id.
+func (r *Runtime) evictedAfter(id uint64) bool {
+	for i := range r.live.workers {
+		if r.live.workers[i].seen.Load() <= id {
+			return false
+		}
+	}
+	return true
 }
 
 // Budget is Runtime.Budget's advice.
@@ -247,6 +271,9 @@ func Start(ctx context.Context, p *Pipeline, sink Sink, opts Options) (*Runtime,
 		}
 	}
 	r.publishStats()
+	for _, w := range r.workers {
+		w.publishStats() // what the restore left resident
+	}
 	for _, w := range r.workers {
 		eg.Go(func() error { return w.run(ctx) })
 	}
@@ -462,6 +489,7 @@ type liveStats struct {
 type workerStats struct {
 	late, results, updates               atomic.Uint64
 	evicted, reloaded, lookups, resident atomic.Uint64
+	seen                                 atomic.Uint64 // the last commit the worker evicted after
 }
 
 // Stats returns the counters so far; safe to call from any goroutine.
@@ -636,8 +664,10 @@ func (w *worker) run(ctx context.Context) error {
 		w.cur = b
 		w.recs = window.Records{Keys: b.keys, KeyEnds: b.keyEnd, Hashes: b.hashes, Times: b.times, Marks: b.wms,
 			Nums: b.nums, InputHashes: b.hsh}
-		w.op.Committed(w.r.committed.Load())
-		w.op.AddRecords(&w.recs, w.lateR)
+		committed := w.r.committed.Load()
+		w.op.Committed(committed)
+		w.op.AddRecords(&w.recs, w.lateR) // evicts what that commit let go
+		w.r.live.workers[w.idx].seen.Store(committed)
 		w.cur = nil
 		if err := w.op.Err(); err != nil && w.err == nil {
 			w.err = fmt.Errorf("operators: worker %d: %w", w.idx, err)
@@ -646,14 +676,7 @@ func (w *worker) run(ctx context.Context) error {
 		if w.err == nil && w.ob != nil {
 			w.sendOut()
 		}
-		st, live := w.op.Stats(), &w.r.live.workers[w.idx]
-		live.late.Store(st.Late)
-		live.results.Store(st.Emitted)
-		live.updates.Store(st.Updates)
-		live.evicted.Store(st.Evicted)
-		live.reloaded.Store(st.Reloaded)
-		live.lookups.Store(st.Lookups)
-		live.resident.Store(uint64(w.op.Resident()))
+		w.publishStats()
 		if b.barrier != 0 && w.err == nil {
 			w.barrier(b.barrier, w.idx == 0)
 		}
@@ -666,6 +689,18 @@ func (w *worker) run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// publishStats mirrors the window operator's counters for Runtime.Stats.
+func (w *worker) publishStats() {
+	st, live := w.op.Stats(), &w.r.live.workers[w.idx]
+	live.late.Store(st.Late)
+	live.results.Store(st.Emitted)
+	live.updates.Store(st.Updates)
+	live.evicted.Store(st.Evicted)
+	live.reloaded.Store(st.Reloaded)
+	live.lookups.Store(st.Lookups)
+	live.resident.Store(uint64(w.op.Resident()))
 }
 
 func (w *worker) outBatch() *outBatch {

@@ -239,12 +239,7 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 // they are cached). It runs inside a read transaction, which holds off
 // bbolt's remapping, so the range it releases is the live mapping.
 func (s *Store) ReleasePages() error {
-	return s.View(func(tx *Tx) error {
-		if err := releaseMapped(s.db.Info().Data, int(tx.btx.Size())); err != nil {
-			return fmt.Errorf("state: release mapped pages of %s: %w", s.path, err)
-		}
-		return nil
-	})
+	return s.View(func(tx *Tx) error { return tx.ReleasePages() })
 }
 
 // userPanic carries a panic raised by a caller's function through bbolt (so

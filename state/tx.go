@@ -18,6 +18,20 @@ type Tx struct {
 
 func newTx(btx *bolt.Tx) *Tx { return &Tx{btx: btx} }
 
+// ReleasePages is Store.ReleasePages from within a read transaction: a
+// long read (a restore of the whole state) lets go of what it has read so
+// far. Values read before stay valid (a later access maps the page again).
+func (tx *Tx) ReleasePages() error {
+	if tx.btx.Writable() {
+		return fmt.Errorf("state: ReleasePages in a write transaction")
+	}
+	db := tx.btx.DB()
+	if err := releaseMapped(db.Info().Data, int(tx.btx.Size())); err != nil {
+		return fmt.Errorf("state: release mapped pages of %s: %w", db.Path(), err)
+	}
+	return nil
+}
+
 // Writable reports whether the transaction may write (Update) or not
 // (View).
 func (tx *Tx) Writable() bool { return tx.btx.Writable() }

@@ -3,6 +3,7 @@ package window_test
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -120,8 +121,29 @@ func (m *memStore) Load(_ uint64, key []byte, fn func(k, v []byte) error) error 
 	return nil
 }
 
-// restore loads every committed entry into op.
-func (m *memStore) restore(t testing.TB, op *window.Operator) {
+// keys returns how many record keys the store holds entries of.
+func (m *memStore) keys() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := map[string]bool{}
+	for _, byKey := range m.slices {
+		for k := range byKey {
+			keys[k] = true
+		}
+	}
+	for k := range m.vers {
+		keys[k] = true
+	}
+	for k := range m.sess {
+		keys[k] = true
+	}
+	return len(keys)
+}
+
+// restore loads every committed entry into op, key by key as the edge
+// does group by group, letting op evict between keys (ShedRestored), and
+// returns the most keys op held during it.
+func (m *memStore) restore(t testing.TB, op *window.Operator) (peak int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.meta != nil {
@@ -129,28 +151,46 @@ func (m *memStore) restore(t testing.TB, op *window.Operator) {
 			t.Fatal(err)
 		}
 	}
+	keys := map[string]bool{}
+	for _, byKey := range m.slices {
+		for k := range byKey {
+			keys[k] = true
+		}
+	}
+	for k := range m.vers {
+		keys[k] = true
+	}
+	for k := range m.sess {
+		keys[k] = true
+	}
 	var kb []byte
-	for end, byKey := range m.slices {
-		for k, v := range byKey {
-			kb = append(kb[:0], 's')
-			kb = binary.BigEndian.AppendUint64(kb, uint64(end)^1<<63)
-			kb = append(kb, k...)
-			if err := op.Restore(xxhash.Sum64String(k), kb, v); err != nil {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		h := xxhash.Sum64String(k)
+		for end, byKey := range m.slices {
+			if v, ok := byKey[k]; ok {
+				kb = append(kb[:0], 's')
+				kb = binary.BigEndian.AppendUint64(kb, uint64(end)^1<<63)
+				kb = append(kb, k...)
+				if err := op.Restore(h, kb, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if v, ok := m.vers[k]; ok {
+			if err := op.Restore(h, append([]byte{'v'}, k...), v); err != nil {
 				t.Fatal(err)
 			}
 		}
-	}
-	for k, v := range m.vers {
-		if err := op.Restore(xxhash.Sum64String(k), append([]byte{'v'}, k...), v); err != nil {
-			t.Fatal(err)
+		if v, ok := m.sess[k]; ok {
+			if err := op.Restore(h, append([]byte{'x'}, k...), v); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	for k, v := range m.sess {
-		if err := op.Restore(xxhash.Sum64String(k), append([]byte{'x'}, k...), v); err != nil {
-			t.Fatal(err)
-		}
+		peak = max(peak, op.Resident())
+		op.ShedRestored()
 	}
 	op.FinishRestore()
+	return peak
 }
 
 // evictCase is one stream and window configuration for the eviction oracle.
@@ -335,6 +375,7 @@ func evictRun(t testing.TB, events []oracle.Event, c evictCase, seed uint64, evi
 	}
 	newOp()
 	_ = cur
+	restores, restoredPeak := 0, 0 // crashes, the most keys stored at one
 	wms := window.NewWatermarks(1, c.cfg.MaxOutOfOrder, 0)
 	type ckpt struct {
 		id   uint64
@@ -407,7 +448,15 @@ func evictRun(t testing.TB, events []oracle.Event, c evictCase, seed uint64, evi
 			// Crash: what was not committed is lost.
 			pending, inflight = pending[:0], inflight[:0]
 			newOp()
-			store.restore(t, op)
+			stored := store.keys()
+			peak := store.restore(t, op)
+			// Keys that cannot leave (windows to fire, versions) stay;
+			// of the others at most 9/8 of the bound (ShedRestored).
+			if c.cfg.Kind != oracle.Session && peak > op.Resident()+c.resident*9/8+1 {
+				t.Fatalf("restore of %d stored keys held %d at once, %d after it: the bound %d was not kept during it", stored, peak, op.Resident(), c.resident)
+			}
+			restores++
+			restoredPeak = max(restoredPeak, stored)
 			wms = window.NewWatermarks(1, c.cfg.MaxOutOfOrder, 0)
 			wms.Restore(lastWM)
 			epoch = id // barrier ids go on from the last injected, as the edge's do
@@ -457,6 +506,9 @@ func evictRun(t testing.TB, events []oracle.Event, c evictCase, seed uint64, evi
 	}
 	commit(ckpt{id: id + 1, pos: len(events), ops: s})
 	addStats()
+	if restores > 0 {
+		t.Logf("%d restores, up to %d keys stored", restores, restoredPeak)
+	}
 	slices.Sort(late)
 	return ds, late, stats
 }
@@ -475,6 +527,8 @@ func evictCases() []evictCase {
 			keys: keys, events: events, hot: 200, cold: 0.05, lateShare: 0.05, resident: 256, every: 300, commitLag: 10},
 		{name: "tumbling/crash", cfg: oracle.Config{Kind: oracle.Tumbling, Size: 50, Slide: 50, MaxOutOfOrder: 10, Lateness: 1000},
 			keys: keys, events: events, hot: 100, cold: 0.05, lateShare: 0.1, resident: 200, every: 700, commitLag: 500, crashEvery: 20_000},
+		{name: "tumbling/restore", cfg: oracle.Config{Kind: oracle.Tumbling, Size: 50, Slide: 50, MaxOutOfOrder: 10, Lateness: 5000},
+			keys: keys, events: events, hot: 100, cold: 0.2, lateShare: 0.1, resident: 128, every: 700, commitLag: 500, crashEvery: 20_000},
 		{name: "sliding", cfg: oracle.Config{Kind: oracle.Sliding, Size: 60, Slide: 20, MaxOutOfOrder: 10, Lateness: 1000},
 			keys: keys, events: events, hot: 200, cold: 0.05, lateShare: 0.05, resident: 256, every: 1000, commitLag: 100},
 		{name: "sliding/blocks", cfg: oracle.Config{Kind: oracle.Sliding, Size: 64, Slide: 4, MaxOutOfOrder: 10, Lateness: 500},

@@ -322,6 +322,38 @@ func (o *Operator) Restore(hash uint64, key, value []byte) error {
 // holds).
 func (o *Operator) FinishRestore() {
 	o.nextSweep = MinTime
+	o.settleRestored()
+	// What follows may change state for real (sessions past lateness are
+	// dropped, idle keys forgotten): those changes stay marked.
+	if o.kind != Session {
+		o.planAligned()
+	} else {
+		for i := range o.keys {
+			if o.keys[i].live {
+				o.sess[i].due = unregistered
+				o.processSessions(int32(i))
+			}
+		}
+	}
+	o.shed()
+}
+
+// ShedRestored lets an operator with Config.MaxResident evict during a
+// restore, so that a state larger than memory restores within the bound
+// rather than whole: the caller says that every entry of the keys restored
+// so far has been restored (it restores key by key, or key group by key
+// group, and calls this between two), so they are clean, as stored. It
+// evicts (as FinishRestore would) once more than an eighth over the bound.
+func (o *Operator) ShedRestored() {
+	if o.maxResident <= 0 || o.kind == Session || o.live <= o.maxResident+o.maxResident/8 {
+		return
+	}
+	o.settleRestored()
+	o.shed()
+}
+
+// settleRestored marks what was restored as stored: no change to write.
+func (o *Operator) settleRestored() {
 	for _, sb := range o.slabs {
 		for _, ch := range sb.chunks {
 			if ch != nil {
@@ -338,19 +370,6 @@ func (o *Operator) FinishRestore() {
 	for i := range o.wrote {
 		o.wrote[i] = 0 // the restored state is stored
 	}
-	// What follows may change state for real (sessions past lateness are
-	// dropped, idle keys forgotten): those changes stay marked.
-	if o.kind != Session {
-		o.planAligned()
-	} else {
-		for i := range o.keys {
-			if o.keys[i].live {
-				o.sess[i].due = unregistered
-				o.processSessions(int32(i))
-			}
-		}
-	}
-	o.shed()
 }
 
 // RecordKey returns the record key a snapshot entry belongs to (nil for
