@@ -14,11 +14,10 @@ type emptyStore struct{}
 
 func (emptyStore) Load(uint64, []byte, func([]byte, []byte) error) error { return nil }
 
-// TestBudget: a Runtime whose keys are all held for a window still to
-// fire asks for one early checkpoint, waits while it is in flight and,
-// since its commit lets no key go, stops asking until the keys are within
-// the bound.
-func TestBudget(t *testing.T) {
+// startBudget starts a Runtime of one worker whose keys are held for an
+// hour's window, bounded to 100 resident keys; closed with the test.
+func startBudget(t *testing.T) *operators.Runtime {
+	t.Helper()
 	p, err := operators.CompileYAML("budget.yaml", []byte(`name: budget
 source: {mqtt: {topic: "t", qos: 1}}
 event_time: {field: ts, unit: ms}
@@ -34,7 +33,16 @@ aggregates: {n: count()}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(false)
+	t.Cleanup(func() { rt.Close(false) })
+	return rt
+}
+
+// TestBudget: a Runtime whose keys are all held for a window still to
+// fire asks for one early checkpoint, waits while it is in flight and,
+// since its commit lets no key go, stops asking until the keys are within
+// the bound.
+func TestBudget(t *testing.T) {
+	rt := startBudget(t)
 	ingest := func(from, to int) {
 		for i := from; i < to; i++ {
 			if err := rt.Ingest(fmt.Appendf(nil, `{"dev":"d%d","ts":1767225600000}`, i), "t", int64(i)); err != nil {
@@ -93,22 +101,7 @@ aggregates: {n: count()}
 // (no barrier came) is asked for again, not taken for one that let no key
 // go.
 func TestBudgetAsksAgain(t *testing.T) {
-	p, err := operators.CompileYAML("budget.yaml", []byte(`name: budget
-source: {mqtt: {topic: "t", qos: 1}}
-event_time: {field: ts, unit: ms}
-key: [dev]
-window: {tumbling: 1h}
-aggregates: {n: count()}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := operators.Start(context.Background(), p, newCollect(p),
-		operators.Options{Workers: 1, BatchSize: 16, MaxResident: 100, KeyStore: emptyStore{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(false)
+	rt := startBudget(t)
 	for i := range 160 {
 		if err := rt.Ingest(fmt.Appendf(nil, `{"dev":"d%d","ts":1767225600000}`, i), "t", int64(i)); err != nil {
 			t.Fatal(err)

@@ -125,6 +125,12 @@ func (m *memStore) Load(_ uint64, key []byte, fn func(k, v []byte) error) error 
 func (m *memStore) keys() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return len(m.recordKeys())
+}
+
+// recordKeys returns the record keys the store holds entries of, sorted
+// (m.mu held).
+func (m *memStore) recordKeys() []string {
 	keys := map[string]bool{}
 	for _, byKey := range m.slices {
 		for k := range byKey {
@@ -137,7 +143,7 @@ func (m *memStore) keys() int {
 	for k := range m.sess {
 		keys[k] = true
 	}
-	return len(keys)
+	return slices.Sorted(maps.Keys(keys))
 }
 
 // restore loads every committed entry into op, key by key as the edge
@@ -151,20 +157,8 @@ func (m *memStore) restore(t testing.TB, op *window.Operator) (peak int) {
 			t.Fatal(err)
 		}
 	}
-	keys := map[string]bool{}
-	for _, byKey := range m.slices {
-		for k := range byKey {
-			keys[k] = true
-		}
-	}
-	for k := range m.vers {
-		keys[k] = true
-	}
-	for k := range m.sess {
-		keys[k] = true
-	}
 	var kb []byte
-	for _, k := range slices.Sorted(maps.Keys(keys)) {
+	for _, k := range m.recordKeys() {
 		h := xxhash.Sum64String(k)
 		for end, byKey := range m.slices {
 			if v, ok := byKey[k]; ok {
