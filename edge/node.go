@@ -205,10 +205,14 @@ const (
 	bucketDead   = "deadletter"
 )
 
-// releaseEvery is how many bytes of the state file a long read at start
-// (the outbox's count, a restore) takes before it lets the mapped pages go
-// (state.Tx.ReleasePages).
-const releaseEvery = 8 << 20
+// mappedBudget is how far the process's mapped pages of the state file
+// may grow before a long read at start (the outbox's count, a restore)
+// lets them go (state.Tx.ReleaseOver); checkEvery is how many bytes of
+// values such a read takes between two looks at them.
+const (
+	mappedBudget = 8 << 20
+	checkEvery   = 256 << 10
+)
 
 // partsBuffered is how many checkpoint parts wait for the writer: those
 // of two checkpoints (a pipeline's part and the pump's). Each part holds a
@@ -305,12 +309,12 @@ func open(ctx context.Context, cfg *NodeConfig) (*node, error) {
 		}
 		// A long outbox (a gateway offline for days) is most of the
 		// file: its pages are let go as the count goes, not kept mapped.
-		var read int64
+		read := 0
 		err = ob.ForEach(nil, func(_, v []byte) error {
 			n.status.outboxBytes.Add(int64(len(v)))
-			if read += int64(len(v)); read >= releaseEvery {
+			if read += len(v); read >= checkEvery {
 				read = 0
-				return tx.ReleasePages()
+				return tx.ReleaseOver(mappedBudget)
 			}
 			return nil
 		})

@@ -338,7 +338,7 @@ func (ps *pipeState) restore(st *state.Store, fn func(hash uint64, key, value []
 			// The group's entries are in the runtime now: its pages
 			// need not stay mapped (a state larger than memory restores
 			// within the bound, operators.Options.Restore).
-			if err := tx.ReleasePages(); err != nil {
+			if err := tx.ReleaseOver(mappedBudget); err != nil {
 				return err
 			}
 		}

@@ -89,3 +89,63 @@ func TestReleasePages(t *testing.T) {
 	}
 	readAll() // the data is still there, read back through the mapping
 }
+
+// TestReleaseOver reads 12 MB of values in one read transaction, asking
+// for a release over a 2 MiB budget as it goes: the file's pages this
+// process has mapped stay near the budget all along, where the same read
+// without it maps most of the file (TestReleasePages).
+func TestReleaseOver(t *testing.T) {
+	s, path := tempStore(t, testOpts(4))
+	value := bytes.Repeat([]byte("y"), 3000)
+	for batch := range 8 {
+		err := s.Update(func(tx *state.Tx) error {
+			b, err := tx.Bucket("outbox")
+			if err != nil {
+				return err
+			}
+			for i := range 500 {
+				if err := b.Put(fmt.Appendf(nil, "%02d-%04d", batch, i), value); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.ReleasePages(); err != nil {
+		t.Fatal(err)
+	}
+	const budget = 2 << 20
+	peak, n := 0, 0
+	err := s.View(func(tx *state.Tx) error {
+		b, err := tx.Bucket("outbox")
+		if err != nil {
+			return err
+		}
+		return b.ForEach(nil, func(_, v []byte) error {
+			if !bytes.Equal(v, value) {
+				return fmt.Errorf("value changed")
+			}
+			if n++; n%16 == 0 {
+				if err := tx.ReleaseOver(budget); err != nil {
+					return err
+				}
+			}
+			if n%200 == 0 {
+				peak = max(peak, mappedKiB(t, path))
+			}
+			return nil
+		})
+	})
+	if err != nil || n != 4000 {
+		t.Fatalf("read %d entries: %v", n, err)
+	}
+	// The budget counts every file page the process maps (its binary's
+	// too), checked every 48 KB of values: 4 MiB is the budget and room.
+	if peak > 4<<10 {
+		t.Fatalf("read 12 MB with a release over %d KiB: %d KiB of the file mapped at the peak", budget>>10, peak)
+	}
+	t.Logf("peak %d KiB of the file mapped", peak)
+}

@@ -27,6 +27,9 @@ type Store struct {
 
 	wc         writeCounters // stats.go
 	compaction Compaction    // compact.go
+	// mappedBase is the process's file-backed resident bytes after the
+	// last ReleasePages (Tx.ReleaseOver).
+	mappedBase atomic.Int64
 }
 
 // Open opens the state file at path, creating it if it does not exist, and
@@ -212,7 +215,7 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	return s.view("view", func(btx *bolt.Tx) error { return callUser(fn, newTx(btx)) })
+	return s.view("view", func(btx *bolt.Tx) error { return callUser(fn, newTx(s, btx)) })
 }
 
 // Update runs fn in a read-write transaction over the system buckets, and
@@ -226,7 +229,7 @@ func (s *Store) Update(fn func(tx *Tx) error) error {
 	if p := s.poisoned.Load(); p != nil {
 		return *p
 	}
-	return s.update("update", func(btx *bolt.Tx) error { return callUser(fn, newTx(btx)) })
+	return s.update("update", func(btx *bolt.Tx) error { return callUser(fn, newTx(s, btx)) })
 }
 
 // ReleasePages drops the process's mappings of the file's pages. bbolt

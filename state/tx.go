@@ -12,11 +12,12 @@ import (
 // Update writes is committed atomically. A Tx is valid only inside the
 // function it was passed to, and only on that goroutine.
 type Tx struct {
+	s       *Store
 	btx     *bolt.Tx
 	buckets map[string]*Bucket
 }
 
-func newTx(btx *bolt.Tx) *Tx { return &Tx{btx: btx} }
+func newTx(s *Store, btx *bolt.Tx) *Tx { return &Tx{s: s, btx: btx} }
 
 // ReleasePages is Store.ReleasePages from within a read transaction: a
 // long read (a restore of the whole state) lets go of what it has read so
@@ -29,7 +30,27 @@ func (tx *Tx) ReleasePages() error {
 	if err := releaseMapped(db.Info().Data, int(tx.btx.Size())); err != nil {
 		return fmt.Errorf("state: release mapped pages of %s: %w", db.Path(), err)
 	}
+	if n, ok := fileResident(); ok {
+		tx.s.mappedBase.Store(n)
+	}
 	return nil
+}
+
+// ReleaseOver is ReleasePages when the process's file-backed resident set
+// has grown by more than budget bytes since the store's last release, and
+// nothing otherwise (or where that set cannot be read: Linux reads it from
+// /proc/self/statm, a few µs). A loop that reads much of the file (the
+// lookups of evicted keys, the count of a long outbox) calls it as it
+// goes: what it keeps mapped is then bounded by what the process has
+// resident, whatever the kernel maps around each page it faults in
+// (fault-around maps up to 16 pages already cached), which a count of
+// the bytes read does not see.
+func (tx *Tx) ReleaseOver(budget int64) error {
+	n, ok := fileResident()
+	if !ok || n-tx.s.mappedBase.Load() <= budget {
+		return nil
+	}
+	return tx.ReleasePages()
 }
 
 // Writable reports whether the transaction may write (Update) or not
