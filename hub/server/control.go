@@ -1,27 +1,18 @@
 package server
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/runnel-io/runnel/hub/server/wire"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
-
-// control serves the Control service: one Connect stream per connected
-// edge, the desired sets out and the edge's status back.
-type control struct {
-	runnelv1.UnimplementedControlServer
-	s *Server
-}
 
 // Bounds of what an edge sends on its control stream; beyond them the
 // stream ends with InvalidArgument and nothing of the message reaches the
@@ -39,137 +30,116 @@ const (
 
 var errReplaced = status.Error(codes.Aborted, "control: replaced by a newer connection of the same edge")
 
-// Connect runs one edge's control stream: Register first (naming the
-// token's edge), then FleetCore.Connect's desired sets out, in order, and
-// the edge's statuses in, each passed to FleetCore.Status. It ends when
-// the core closes the channel (another connection of the edge replaced
-// this one: Aborted), when the edge closes its side (OK), when a message
-// is refused (InvalidArgument, PermissionDenied) or on Shutdown
-// (Unavailable).
-//
-// The handler is the receive loop; a stream costs no goroutine of its
-// own besides it and gRPC's, which counts at 10,000 edges. The desired
-// sets are sent by an outbox (below), which starts a goroutine only while
-// it has a set to send, and the ends that do not come from the edge
-// (replaced, Shutdown) are written as the stream's status from outside the
-// handler, which ends its Recv.
-func (c *control) Connect(stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse]) error {
+// controlHandler serves Control.Connect on the wire server: one stream
+// per connected edge, Register first (naming the token's edge), then
+// FleetCore.Connect's desired sets out, in order, and the edge's statuses
+// in, each passed to FleetCore.Status on the connection's goroutine. It
+// ends when the core closes the channel (another connection of the edge
+// replaced this one: Aborted), when the edge closes its side (OK), when a
+// message is refused (InvalidArgument, PermissionDenied) or on Shutdown
+// (Unavailable). An idle stream has no goroutine: the desired sets are
+// sent by an outbox that starts one only while it has a set to send.
+type controlHandler struct{ s *Server }
+
+func (h controlHandler) Open(st *wire.Stream) (wire.Receiver, error) {
+	ctx, err := h.s.tokens.authorize(st.Context(), st.Method())
+	if err != nil {
+		return nil, err
+	}
+	return newControlStream(h.s, st, edgeOf(ctx)), nil
+}
+
+func newControlStream(s *Server, st edgeStream, edge string) *controlStream {
+	return &controlStream{s: s, st: st, edge: edge, out: &outbox{st: st, wg: &s.senders}}
+}
+
+// controlStream is one edge's control stream.
+type controlStream struct {
+	s          *Server
+	st         edgeStream
+	edge       string
+	out        *outbox
+	registered bool // the connection's goroutine only
+	// gauge is 0 until Register, 1 while counted in the control streams
+	// gauge, 2 once Closed: a stream ended while it registered is not
+	// counted.
+	gauge atomic.Int32
+}
+
+func (c *controlStream) Message(m []byte) error {
+	var req runnelv1.ControlRequest
+	if err := proto.Unmarshal(m, &req); err != nil {
+		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+	}
 	s := c.s
-	edge := edgeOf(stream.Context())
-	if edge == "" { // not through the interceptor: a wiring bug
-		return status.Error(codes.Internal, "control: no authenticated edge")
+	if !c.registered {
+		reg := req.GetRegister()
+		switch {
+		case reg == nil:
+			return status.Error(codes.InvalidArgument, "control: the first message must be a Register")
+		case reg.EdgeId != c.edge:
+			s.metrics.refused.Inc()
+			return status.Errorf(codes.PermissionDenied, "control: this stream is edge %s's (by its token or client certificate); Register names %q", c.edge, reg.EdgeId)
+		}
+		if err := checkRegister(reg); err != nil {
+			return err
+		}
+		// The channel closes when the stream's context ends, which is
+		// when the stream does.
+		desired, err := s.fleet.Connect(c.st.Context(), c.edge, reg, c.out.notify)
+		if err != nil {
+			return s.fleetError("Control.Connect", err)
+		}
+		c.registered = true
+		if c.gauge.CompareAndSwap(0, 1) {
+			s.metrics.control.Inc()
+		}
+		s.log.Debug("hub: control stream open", "edge", c.edge, "version", reg.Version)
+		c.out.start(desired)
+		return nil
 	}
-	end, ok := grpc.ServerTransportStreamFromContext(stream.Context()).(statusWriter)
-	if !ok { // grpc-go changed: TestControlReplaced and TestControlShutdown say so
-		return status.Error(codes.Internal, "control: the gRPC stream cannot be ended from outside its handler")
+	st := req.GetStatus()
+	if st == nil {
+		return status.Error(codes.InvalidArgument, "control: expected an EdgeStatus; Register is sent once, first")
 	}
-	first, err := stream.Recv()
-	if err != nil {
+	if err := checkStatus("status", st); err != nil {
 		return err
 	}
-	reg := first.GetRegister()
-	switch {
-	case reg == nil:
-		return status.Error(codes.InvalidArgument, "control: the first message must be a Register")
-	case reg.EdgeId != edge:
-		s.metrics.refused.Inc()
-		return status.Errorf(codes.PermissionDenied, "control: this stream is edge %s's (by its token or client certificate); Register names %q", edge, reg.EdgeId)
+	if err := s.fleet.Status(c.edge, st); err != nil {
+		return s.fleetError("Control.Status", err)
 	}
-	if err := checkRegister(reg); err != nil {
-		return err
-	}
+	return nil
+}
 
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-	out := &outbox{ctx: ctx, stream: stream, end: end}
-	desired, err := s.fleet.Connect(ctx, edge, reg, out.notify)
-	if err != nil {
-		return s.fleetError("Control.Connect", err)
+// CloseSend: the edge closed its side; the stream ends OK.
+func (c *controlStream) CloseSend() { c.st.End(nil) }
+
+func (c *controlStream) Closed(err error) {
+	if c.gauge.Swap(2) == 1 {
+		c.s.metrics.control.Dec()
 	}
-	s.metrics.control.Inc()
-	defer s.metrics.control.Dec()
-	s.log.Debug("hub: control stream open", "edge", edge, "version", reg.Version)
-	if !s.controls.add(out, s.quit) {
-		return errShutdown
-	}
-	out.start(desired)
-	err = c.recv(ctx, stream, edge)
-	s.controls.remove(out)
-	// An end written from outside (replaced, Shutdown) is why Recv
-	// failed: it is the stream's status, which gRPC has sent already.
-	err = out.close(err)
-	cancel()
+	c.out.close()
 	if st, ok := status.FromError(err); ok && err != nil && st.Code() != codes.Canceled {
-		s.log.Debug("hub: control stream ended", "edge", edge, "code", st.Code(), "err", st.Message())
+		c.s.log.Debug("hub: control stream ended", "edge", c.edge, "code", st.Code(), "err", st.Message())
 	}
-	return err
-}
-
-// controls are the open control streams' outboxes, which Shutdown ends.
-type controls struct {
-	mu   sync.Mutex
-	open map[*outbox]struct{}
-}
-
-// add adds o unless quit is closed (Shutdown has begun).
-func (c *controls) add(o *outbox, quit <-chan struct{}) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-quit:
-		return false
-	default:
-	}
-	if c.open == nil {
-		c.open = map[*outbox]struct{}{}
-	}
-	c.open[o] = struct{}{}
-	return true
-}
-
-func (c *controls) remove(o *outbox) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.open, o)
-}
-
-// shutdown ends every open stream with errShutdown. quit is closed
-// already, so no stream is added after it.
-func (c *controls) shutdown() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for o := range c.open {
-		o.finish(errShutdown)
-	}
-}
-
-// statusWriter is what grpc-go's server transport stream (the
-// ServerTransportStream in a handler's context) has beside the
-// interface: WriteStatus sends the stream's status and ends it, which
-// ends a Recv waiting in the handler. Whatever the handler returns
-// after it is not sent.
-type statusWriter interface {
-	WriteStatus(*status.Status) error
 }
 
 // outbox sends a control stream's desired sets. The core calls notify
 // (with its lock held) after it puts a set on the channel or closes it;
 // notify starts a sender goroutine unless one runs, and the sender sends
 // every set it finds and exits when the channel is empty. So an idle
-// stream has no goroutine here, one sender at a time keeps the sets in
-// order (the channel holds only the newest), and an edge that does not
-// read blocks only its own sender, in its stream's flow control.
+// stream has no goroutine here, and one sender at a time keeps the sets
+// in order (the channel holds only the newest). Sends are queued by the
+// stream, never waiting for the edge: an edge that does not read is
+// ended by the stream's queue bound.
 type outbox struct {
-	ctx    context.Context // the stream's, ended when the handler returns
-	stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse]
-	end    statusWriter
+	st edgeStream
+	wg *sync.WaitGroup // the senders (the Server's: Shutdown waits)
 
 	mu      sync.Mutex
 	ch      <-chan *runnelv1.DesiredSet // nil until start
 	sending bool                        // a sender runs
-	closed  bool                        // the handler returns: no sender starts
-	cause   error                       // why the stream was ended from outside
-	wg      sync.WaitGroup              // the sender
+	closed  bool                        // the stream ended: no sender starts
 }
 
 // start hands the outbox the core's channel, which holds the edge's
@@ -190,6 +160,12 @@ func (o *outbox) notify() {
 	o.sending = true
 	o.wg.Add(1)
 	go o.send()
+}
+
+func (o *outbox) close() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
 }
 
 // send sends each set it finds on the channel. A closed channel, while
@@ -218,83 +194,13 @@ func (o *outbox) send() {
 		o.mu.Unlock()
 		switch {
 		case !open:
-			if o.ctx.Err() == nil {
-				o.finish(errReplaced)
-			}
-			return // sending stays set: the channel gives nothing more
+			o.st.End(errReplaced) // nothing if the stream ended first
+			return                // sending stays set: the channel gives nothing more
 		case ds == nil:
 			continue
 		}
-		if err := o.stream.Send(&runnelv1.ControlResponse{Msg: &runnelv1.ControlResponse_Desired{Desired: ds}}); err != nil {
-			return // the stream has ended: its Recv fails too
-		}
-	}
-}
-
-// finish ends the stream with err's status, once, unless the handler
-// is returning.
-func (o *outbox) finish(err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed || o.cause != nil {
-		return
-	}
-	o.cause = err
-	st, _ := status.FromError(err)
-	o.end.WriteStatus(st)
-}
-
-// close stops the outbox as the handler returns err: no sender starts
-// any more, and one that runs is waited for. A sender may be blocked in
-// Send, on the edge's flow control, which only the stream's end
-// releases: then close ends the stream itself, with err's status, the
-// one the handler returns. It returns the error the stream ended with:
-// the one it was ended with from outside (replaced, Shutdown), if any,
-// which gRPC has sent already, or else err.
-func (o *outbox) close(err error) error {
-	o.mu.Lock()
-	o.closed = true
-	sending, cause := o.sending, o.cause
-	if sending && cause == nil {
-		st, _ := status.FromError(err)
-		if err == nil {
-			st = status.New(codes.OK, "")
-		}
-		o.end.WriteStatus(st)
-	}
-	o.mu.Unlock()
-	o.wg.Wait()
-	if cause != nil {
-		return cause
-	}
-	return err
-}
-
-// recv passes every status to the core until the edge closes its side
-// (nil), a message is refused or the stream ends. It runs in the handler
-// and is the only caller of Recv after the Register, and calls the core
-// only with the stream's edge.
-func (c *control) recv(ctx context.Context, stream grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse], edge string) error {
-	for {
-		m, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		st := m.GetStatus()
-		if st == nil {
-			return status.Error(codes.InvalidArgument, "control: expected an EdgeStatus; Register is sent once, first")
-		}
-		if err := checkStatus("status", st); err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err() // the stream is ending: the next one reports again
-		}
-		if err := c.s.fleet.Status(edge, st); err != nil {
-			return c.s.fleetError("Control.Status", err)
+		if err := o.st.Send(&runnelv1.ControlResponse{Msg: &runnelv1.ControlResponse_Desired{Desired: ds}}); err != nil {
+			return // the stream has ended
 		}
 	}
 }

@@ -3,14 +3,12 @@ package server
 import (
 	"context"
 	"encoding/binary"
-	"io"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -55,68 +53,53 @@ func (f *fuzzFleet) Status(edgeID string, st *runnelv1.EdgeStatus) error {
 	return nil
 }
 
-// fakeControlStream feeds msgs to the handler, then io.EOF (or end, when
-// set), and keeps what the handler sends.
-type fakeControlStream struct {
-	ctx  context.Context
-	msgs []*runnelv1.ControlRequest
-	end  error
+// fakeStream is an edgeStream that keeps what the handler sends and the
+// status it ended the stream with.
+type fakeStream struct {
+	ctx    context.Context
+	cancel context.CancelFunc
 
-	mu   sync.Mutex
-	sent []*runnelv1.ControlResponse
+	mu    sync.Mutex
+	sent  []proto.Message
+	ended bool
+	end   error
 }
 
-func (s *fakeControlStream) Recv() (*runnelv1.ControlRequest, error) {
-	if len(s.msgs) == 0 {
-		if s.end != nil {
-			return nil, s.end
-		}
-		return nil, io.EOF
-	}
-	m := s.msgs[0]
-	s.msgs = s.msgs[1:]
-	return m, nil
+func newFakeStream(ctx context.Context) *fakeStream {
+	ctx, cancel := context.WithCancel(ctx)
+	return &fakeStream{ctx: ctx, cancel: cancel}
 }
 
-func (s *fakeControlStream) Send(m *runnelv1.ControlResponse) error {
+func (s *fakeStream) Context() context.Context { return s.ctx }
+
+func (s *fakeStream) Send(m proto.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ended {
+		return errors.New("ended")
+	}
 	s.sent = append(s.sent, m)
 	return nil
 }
 
-func (s *fakeControlStream) Context() context.Context     { return s.ctx }
-func (s *fakeControlStream) SetHeader(metadata.MD) error  { return nil }
-func (s *fakeControlStream) SendHeader(metadata.MD) error { return nil }
-func (s *fakeControlStream) SetTrailer(metadata.MD)       {}
-func (s *fakeControlStream) SendMsg(any) error            { return nil }
-func (s *fakeControlStream) RecvMsg(any) error            { return nil }
-
-// fakeTransportStream stands for grpc-go's server transport stream, which
-// the handler ends from outside (a replaced stream) with WriteStatus.
-type fakeTransportStream struct {
-	mu  sync.Mutex
-	end *status.Status
-}
-
-func (*fakeTransportStream) Method() string                  { return runnelv1.Control_Connect_FullMethodName }
-func (*fakeTransportStream) SetHeader(md metadata.MD) error  { return nil }
-func (*fakeTransportStream) SendHeader(md metadata.MD) error { return nil }
-func (*fakeTransportStream) SetTrailer(md metadata.MD) error { return nil }
-
-func (f *fakeTransportStream) WriteStatus(st *status.Status) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.end == nil {
-		f.end = st
+func (s *fakeStream) End(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.ended, s.end = true, err
+		s.cancel()
 	}
-	return nil
 }
 
-// fuzzMessages decodes data as flags (one byte) and then ControlRequests,
-// each a uvarint length and that many bytes; a chunk that does not decode
-// is skipped, as gRPC would have refused it before the handler.
-func fuzzMessages(data []byte) (flags byte, msgs []*runnelv1.ControlRequest) {
+func (s *fakeStream) done() (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended, s.end
+}
+
+// fuzzMessages decodes data as flags (one byte) and then messages, each
+// a uvarint length and that many bytes, as the handler gets them.
+func fuzzMessages(data []byte) (flags byte, msgs [][]byte) {
 	if len(data) == 0 {
 		return 0, nil
 	}
@@ -130,10 +113,7 @@ func fuzzMessages(data []byte) (flags byte, msgs []*runnelv1.ControlRequest) {
 		if n > uint64(len(data)) {
 			n = uint64(len(data))
 		}
-		m := &runnelv1.ControlRequest{}
-		if proto.Unmarshal(data[:n], m) == nil {
-			msgs = append(msgs, m)
-		}
+		msgs = append(msgs, data[:n])
 		data = data[n:]
 	}
 	return flags, msgs
@@ -150,10 +130,10 @@ func frame(flags byte, msgs ...*runnelv1.ControlRequest) []byte {
 }
 
 // FuzzControlStream runs the control handler on arbitrary message
-// sequences of edge gw-1: it never panics, always returns, calls the core
-// only with gw-1 (and a Register naming gw-1), never with a message beyond
-// the bounds, and refuses a stream that does not open with gw-1's
-// Register.
+// sequences of edge gw-1, as the wire server hands them over: it never
+// panics, calls the core only with gw-1 (and a Register naming gw-1),
+// never with a message beyond the bounds, and refuses a stream that does
+// not open with gw-1's Register.
 func FuzzControlStream(f *testing.F) {
 	reg := func(edge string, labels map[string]string) *runnelv1.ControlRequest {
 		return &runnelv1.ControlRequest{Msg: &runnelv1.ControlRequest_Register{Register: &runnelv1.Register{EdgeId: edge, Labels: labels, Version: "v1"}}}
@@ -179,16 +159,29 @@ func FuzzControlStream(f *testing.F) {
 		flags, msgs := fuzzMessages(data)
 		ff := &fuzzFleet{replace: flags&2 != 0, statusErr: flags&4 != 0}
 		s := &Server{fleet: ff, log: log, quit: make(chan struct{}), metrics: m}
-		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), edgeKey{}, "gw-1"))
-		defer cancel()
-		ctx = grpc.NewContextWithServerTransportStream(ctx, &fakeTransportStream{})
-		stream := &fakeControlStream{ctx: ctx, msgs: msgs}
-		if flags&1 != 0 {
-			stream.end = status.Error(codes.Canceled, "the edge went away")
+		stream := newFakeStream(context.Background())
+		c := newControlStream(s, stream, "gw-1")
+		// As the wire server does: messages in order until the stream
+		// ended, then the edge's end (it went away, or closed its side),
+		// then Closed.
+		for _, msg := range msgs {
+			if ended, _ := stream.done(); ended {
+				break
+			}
+			if err := c.Message(msg); err != nil {
+				stream.End(err)
+			}
 		}
-		err := (&control{s: s}).Connect(stream)
-		cancel()
-		s.wg.Wait()
+		if ended, _ := stream.done(); !ended {
+			if flags&1 != 0 {
+				stream.End(status.Error(codes.Canceled, "the edge went away"))
+			} else {
+				c.CloseSend()
+			}
+		}
+		_, err := stream.done()
+		c.Closed(err)
+		s.senders.Wait()
 
 		for _, e := range ff.edges {
 			if e != "gw-1" {
@@ -205,18 +198,25 @@ func FuzzControlStream(f *testing.F) {
 				t.Fatalf("the core got a status beyond the bounds: %v", st)
 			}
 		}
+		if len(msgs) == 0 {
+			if len(ff.edges) != 0 {
+				t.Fatalf("an empty stream: %d core calls", len(ff.edges))
+			}
+			return
+		}
+		first := &runnelv1.ControlRequest{}
 		switch {
-		case len(msgs) == 0:
-			if err == nil || len(ff.edges) != 0 {
-				t.Fatalf("an empty stream: %v, %d core calls", err, len(ff.edges))
+		case proto.Unmarshal(msgs[0], first) != nil:
+			if len(ff.edges) != 0 || err == nil {
+				t.Fatalf("a stream opened by %x: %v, %d core calls", msgs[0], err, len(ff.edges))
 			}
-		case msgs[0].GetRegister() == nil:
+		case first.GetRegister() == nil:
 			if status.Code(err) != codes.InvalidArgument || len(ff.edges) != 0 {
-				t.Fatalf("a stream opened by %v: %v, %d core calls", msgs[0], err, len(ff.edges))
+				t.Fatalf("a stream opened by %v: %v, %d core calls", first, err, len(ff.edges))
 			}
-		case msgs[0].GetRegister().EdgeId != "gw-1":
+		case first.GetRegister().EdgeId != "gw-1":
 			if status.Code(err) != codes.PermissionDenied || len(ff.edges) != 0 {
-				t.Fatalf("a Register of %q: %v, %d core calls", msgs[0].GetRegister().EdgeId, err, len(ff.edges))
+				t.Fatalf("a Register of %q: %v, %d core calls", first.GetRegister().EdgeId, err, len(ff.edges))
 			}
 		}
 	})

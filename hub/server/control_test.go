@@ -35,7 +35,7 @@ func statusMsg(st *runnelv1.EdgeStatus) *runnelv1.ControlRequest {
 func connect(t *testing.T, e *env, ff *fakeFleet, ctx context.Context, tok, edge string) controlStream {
 	t.Helper()
 	before := ff.count("Connect")
-	s, err := runnelv1.NewControlClient(e.conn).Connect(withToken(ctx, tok))
+	s, err := runnelv1.NewControlClient(e.edge).Connect(withToken(ctx, tok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestControlRefused(t *testing.T) {
 				ctx = withToken(ctx, tc.tok)
 			}
 			before := ff.count("Connect")
-			s, err := runnelv1.NewControlClient(e.conn).Connect(ctx)
+			s, err := runnelv1.NewControlClient(e.edge).Connect(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -246,21 +246,22 @@ func TestControlShutdown(t *testing.T) {
 		wantCode(t, err, codes.Unavailable, "control stream at shutdown")
 	}
 	e.conn.Close()
+	e.edge.Close()
 	e.http.CloseIdleConnections()
 	goleak.VerifyNone(t, ignore)
 }
 
 // TestControlSlowEdge: an edge that does not read its desired sets holds
-// up no other edge's, and its stream still ends, with the handler's
-// status, while a send of the hub's waits on its flow control (the
-// handler ends that send before it returns: nothing else would).
+// up no other edge's (the hub queues what it does not take, never
+// waiting for it), and its stream still ends, with the status of the
+// refused message that ends it, with sets still queued.
 func TestControlSlowEdge(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	ff := newFakeFleet()
 	e := startFleet(t, ff, nil)
 	ctx := testCtx(t)
-	// Fixed 64 KiB windows: what the edge does not read holds the
-	// hub's sends after 64 KiB and the server's write quota (64 KiB).
+	// Fixed 64 KiB windows: what the edge does not read stays queued at
+	// the hub after 64 KiB.
 	conn, err := grpc.NewClient(e.srv.GRPCAddr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: e.pool})),
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	if err != nil {
@@ -268,15 +269,15 @@ func TestControlSlowEdge(t *testing.T) {
 	}
 	defer conn.Close()
 	slowEnv := *e
-	slowEnv.conn = conn
+	slowEnv.edge = conn
 	slow := connect(t, &slowEnv, ff, ctx, "token-1", "gw-1")
 	other := connect(t, e, ff, ctx, "token-2", "gw-2")
 	big := strings.Repeat("x", 100<<10)
 	for g := uint64(1); g <= 8; g++ {
 		ff.push("gw-1", &runnelv1.DesiredSet{Generation: g, Pipelines: []*runnelv1.DesiredPipeline{{Name: "temps", Revision: 1, Spec: big}}})
 	}
-	// Sets 1 and 2 fit the window and the quota; the sender has taken
-	// set 3 once five are left, and its Send cannot finish.
+	// The sender takes the sets as they come (the channel holds the
+	// newest only).
 	for ff.queued("gw-1") > 5 {
 		select {
 		case <-ctx.Done():
@@ -303,6 +304,7 @@ func TestControlSlowEdge(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "the slow edge's stream")
 	conn.Close()
 	e.conn.Close()
+	e.edge.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := e.srv.Shutdown(sctx); err != nil {

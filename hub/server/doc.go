@@ -8,7 +8,15 @@
 // # Listeners
 //
 //   - gRPC (default 127.0.0.1:7443): Uplink.Sync, Control.Connect,
-//     Results, Health, Fleet.
+//     Results, Health, Fleet. The listener is the wire server's (package
+//     wire): it serves the edges' two streams itself, a connection for one
+//     goroutine and a few KB, and hands every connection whose first call
+//     is another method to grpc-go, which serves the API on it with all
+//     it offers. A connection serves the one or the other for its life:
+//     an API method on an edge's connection, or an edge stream on an API
+//     client's, is Unimplemented with a message saying so (after the
+//     access rules: an edge's certificate or token is refused first).
+//     Edges, runnelctl and the gateway each keep to theirs.
 //   - HTTP (default 127.0.0.1:7080): REST under /v1/ (docs/hub-api.md),
 //     the Fleet under /v1/fleet/, /v1/openapi.json, SSE at
 //     /v1/pipelines/{pipeline}/results/events, /healthz, /metrics.
@@ -75,20 +83,23 @@
 // Hello first (core.Hello) → Resume, which also announces the hub's
 // limits (hub.MaxKeyBytes, hub.MaxStateBytes, hub.MaxBatchPartials, and
 // the gRPC receive limit less 64 KiB as max_batch_bytes); then Batches,
-// each core.Apply'd in order by a receive loop, while an acker sends
-// Ack{epoch, acked_seq} each time core.Acked's next channel closes and
-// the durable sequence moved. Core errors end the stream with stable
-// codes: ErrFenced → FailedPrecondition (a batch of an older epoch; a
-// Hello with one is answered with the hub's epoch instead), ErrGap →
-// OutOfRange (reconnect, resume from the ack), ErrBadBatch and
+// each core.Apply'd in order on the connection's goroutine (a batch being
+// applied holds back that connection's next frames, the back-pressure an
+// edge meets). Acks go out from one goroutine for every stream, the
+// acker: woken by each commit of the core, it looks at the streams with
+// batches not yet durable and sends each an Ack{epoch, acked_seq} when
+// its edge's durable sequence moved. Core errors end the stream with
+// stable codes: ErrFenced → FailedPrecondition (a batch of an older
+// epoch; a Hello with one is answered with the hub's epoch instead),
+// ErrGap → OutOfRange (reconnect, resume from the ack), ErrBadBatch and
 // ErrBadEpoch → InvalidArgument (with the reason), ErrClosed and
-// ErrArchiveFull → Unavailable. A *hub.RefusedError (some partials the hub
-// will never accept) is InvalidArgument with a runnelv1.Refusal detail
-// naming the entries by sequence number with their reasons, at most 1000
-// of them with reasons cut to 256 bytes so that the trailer stays small;
-// the edge sets those aside and resends, and a further refusal names the
-// rest. When the edge closes its side, the stream stays until the last
-// batch is acked (at most 5 s).
+// ErrArchiveFull → Unavailable. A *hub.RefusedError (some partials the
+// hub will never accept) is InvalidArgument with a runnelv1.Refusal
+// detail naming the entries by sequence number with their reasons, at
+// most 1000 of them with reasons cut to 256 bytes so that the trailer
+// stays small; the edge sets those aside and resends, and a further
+// refusal names the rest. When the edge closes its side, the stream stays
+// until the last batch is acked (at most 5 s).
 //
 // # Control stream
 //
@@ -98,18 +109,13 @@
 // InvalidArgument, and nothing of the message reaches the fleet). Then
 // FleetCore.Connect gives a channel of the edge's desired sets, and
 // calls back when it has put one there: the stream's outbox then starts
-// a goroutine that Sends each in order and exits when the channel is
-// empty, while the handler itself is the receive loop, passing each
-// EdgeStatus to FleetCore.Status, always under the token's edge id. An
-// idle stream thus costs the handler's goroutine and gRPC's (at 10,000
-// edges each one counts: about 8 KB of stack, twice over with the
-// garbage collector's headroom). The stream ends when the channel closes
-// while the stream lasts (a newer connection of the edge replaced it:
-// Aborted), when the edge closes its side (OK), on a refused message, or
-// on Shutdown (Unavailable); the first and the last do not come from the
-// edge, and are written as the stream's status from outside the handler
-// (grpc-go's transport stream's WriteStatus, which ends the handler's
-// Recv).
+// a goroutine that queues each in order on the stream and exits when the
+// channel is empty, while each EdgeStatus is passed to FleetCore.Status
+// on the connection's goroutine, always under the token's edge id. An
+// idle stream thus costs no goroutine of its own. The stream ends when
+// the channel closes while the stream lasts (a newer connection of the
+// edge replaced it: Aborted), when the edge closes its side (OK), on a
+// refused message, or on Shutdown (Unavailable).
 //
 // # Fleet API
 //
@@ -129,15 +135,15 @@
 //
 // # Invariants
 //
-//   - Every goroutine has an owner: the uplink's acker and the control
-//     stream's sender are the stream's and are waited for before the
-//     handler returns; the uplink's receive loop may sit in Recv until
-//     the handler returns, so the Server owns it and Shutdown waits for
-//     it. After Shutdown returns nothing calls the core or the fleet,
-//     and they may be closed.
-//   - Only the receive loop (the control stream's handler) calls Recv
-//     after the first message, and only the acker (after the Resume) or
-//     the control stream's sender, one at a time, calls Send.
+//   - Every goroutine has an owner: the Server's (the listeners' loops,
+//     the acker) and the control streams' senders, which Shutdown waits
+//     for; the wire server's (a connection's, its writer) are its own.
+//     After Shutdown returns nothing calls the core or the fleet, and
+//     they may be closed.
+//   - An edge stream's messages are handled on its connection's
+//     goroutine, in order; its responses are queued, never waiting for
+//     the edge: a Resume by that goroutine, Acks by the acker after it,
+//     desired sets by the stream's sender, one at a time.
 //   - Shutdown ends uplink and control streams (Unavailable),
 //     subscriptions and SSE streams at once, then stops the gRPC servers
 //     gracefully until its context ends.
@@ -154,14 +160,10 @@
 //     revocation.
 //   - A hub with a fleet and no API token shows the fleet's state to
 //     anyone who reaches the listeners, and nobody can change it.
-//   - An edge that stops reading its control stream holds its sender in
-//     Send once the stream's flow-control window is full (no other
-//     edge's); a newer connection of the edge ends the stream only once
-//     that Send returns, which it does when the edge's connection ends.
-//     Shutdown and the handler's own end release it at once.
-//   - The control stream relies on grpc-go's server transport stream
-//     (grpc.ServerTransportStreamFromContext) having WriteStatus, as it
-//     has had for years without being a documented interface; without it
-//     every control stream fails with Internal, and the control tests
-//     say so.
+//   - An edge that stops reading has what it does not take queued for
+//     it, up to 4 MiB a stream (wire.Config.MaxQueued); beyond, its
+//     stream ends with ResourceExhausted and the edge reconnects. A
+//     socket it does not read closes after 20 s of a blocked write.
+//   - A tool that calls the API and opens edge streams needs two
+//     connections (see Listeners).
 package server

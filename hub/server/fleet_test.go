@@ -238,13 +238,13 @@ func TestEdgeTokenScope(t *testing.T) {
 
 	for _, tok := range []string{bootstrapToken, "admin-secret-12", "viewer-secret-1"} {
 		ctx := withToken(testCtx(t), tok)
-		s, err := runnelv1.NewUplinkClient(e.conn).Sync(ctx)
+		s, err := runnelv1.NewUplinkClient(e.edge).Sync(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Send(hello("gw-1", 1, 1))
 		wantCode(t, recvErr(s), codes.PermissionDenied, "uplink with an API token")
-		c, err := runnelv1.NewControlClient(e.conn).Connect(ctx)
+		c, err := runnelv1.NewControlClient(e.edge).Connect(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,7 +318,7 @@ func TestNoFleet(t *testing.T) {
 	if code, body := e.do(t, "GET", "/v1/fleet/pipelines", bootstrapToken, ""); code != 501 || !strings.Contains(body, "no fleet store") {
 		t.Errorf("REST: %d %s, want 501", code, body)
 	}
-	c, err := runnelv1.NewControlClient(e.conn).Connect(withToken(testCtx(t), "token-1"))
+	c, err := runnelv1.NewControlClient(e.edge).Connect(withToken(testCtx(t), "token-1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,7 +130,7 @@ func TestHealthRealHub(t *testing.T) {
 	h := openHub(t)
 	p := testPipeline(t)
 	e := start(t, h, nil)
-	up := runnelv1.NewUplinkClient(e.conn)
+	up := runnelv1.NewUplinkClient(e.edge)
 	ctx := withToken(testCtx(t), "token-1")
 	send := func(b *runnelv1.Batch) error {
 		s, err := up.Sync(ctx)

@@ -43,7 +43,7 @@ func TestRealHub(t *testing.T) {
 	p := testPipeline(t)
 	e := start(t, h, nil)
 	ctx := testCtx(t)
-	up := runnelv1.NewUplinkClient(e.conn)
+	up := runnelv1.NewUplinkClient(e.edge)
 
 	// Refused: another edge's id. Nothing reaches the core.
 	s, err := up.Sync(withToken(ctx, "token-1"))

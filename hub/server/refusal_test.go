@@ -34,7 +34,7 @@ func TestRefusalDetail(t *testing.T) {
 	h := openHub(t)
 	p := testPipeline(t)
 	e := start(t, h, nil)
-	up := runnelv1.NewUplinkClient(e.conn)
+	up := runnelv1.NewUplinkClient(e.edge)
 	ctx := withToken(testCtx(t), "token-1")
 	good := &runnelv1.Partial{Seq: 1, Pipeline: "temps", Key: mustKey(t, p, "d1"), WindowEnd: 60000, Version: 1, State: state(p, 20)}
 	longKey := &runnelv1.Partial{Seq: 2, Pipeline: "temps", Key: make([]byte, hub.MaxKeyBytes+1), WindowEnd: 60000, Version: 1, State: state(p, 20)}
@@ -98,7 +98,7 @@ func TestRefusalDetailBounded(t *testing.T) {
 	}
 	core.applyErr = re
 	e := start(t, core, nil)
-	s, err := runnelv1.NewUplinkClient(e.conn).Sync(withToken(testCtx(t), "token-1"))
+	s, err := runnelv1.NewUplinkClient(e.edge).Sync(withToken(testCtx(t), "token-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestRefusalDetailBounded(t *testing.T) {
 func TestEpochCodes(t *testing.T) {
 	h := openHub(t)
 	e := start(t, h, nil)
-	up := runnelv1.NewUplinkClient(e.conn)
+	up := runnelv1.NewUplinkClient(e.edge)
 	ctx := withToken(testCtx(t), "token-1")
 	open := func(epoch uint64) (grpc.BidiStreamingClient[runnelv1.SyncRequest, runnelv1.SyncResponse], *runnelv1.Resume, error) {
 		s, err := up.Sync(ctx)
@@ -164,7 +164,7 @@ func TestUnknownPipelineParked(t *testing.T) {
 	h := openHub(t)
 	p := testPipeline(t)
 	e := start(t, h, nil)
-	s, err := runnelv1.NewUplinkClient(e.conn).Sync(withToken(testCtx(t), "token-1"))
+	s, err := runnelv1.NewUplinkClient(e.edge).Sync(withToken(testCtx(t), "token-1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,13 +17,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/runnel-io/runnel/hub/server/wire"
 	"github.com/runnel-io/runnel/internal/buildinfo"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 	"github.com/runnel-io/runnel/sync/archive"
@@ -44,6 +46,15 @@ const maxMsgSize = 16 << 20
 const (
 	streamWindow = 1 << 20
 	connWindow   = 2 << 20
+)
+
+// Keepalive: a connection silent for keepaliveTime is pinged, and closed
+// when it stays silent keepaliveTimeout after; a client may ping every
+// minPingInterval (edges ping every 20 s to keep NAT state).
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+	minPingInterval  = 10 * time.Second
 )
 
 // writeBuffer is the size of the buffers the gRPC connections write
@@ -146,7 +157,9 @@ type Server struct {
 	tls     *tls.Config // nil: plaintext
 	metrics *metrics
 
-	grpc, inner *grpc.Server // inner serves the gateway, in process
+	wire        *wire.Server // the gRPC listener: the edges' streams, the rest handed to grpc
+	acks        *acker       // the uplink streams' acks
+	grpc, inner *grpc.Server // grpc serves the API's connections; inner serves the gateway, in process
 	innerLis    *bufconn.Listener
 	innerConn   *grpc.ClientConn
 	http        *http.Server
@@ -155,9 +168,9 @@ type Server struct {
 
 	quit     chan struct{} // closed when Shutdown starts
 	quitOnce sync.Once
-	controls controls       // open control streams
 	errc     chan error     // a listener that failed while serving
-	wg       sync.WaitGroup // serving loops and uplink receive loops
+	wg       sync.WaitGroup // serving loops and the acker
+	senders  sync.WaitGroup // control streams' outbox senders
 }
 
 // New checks cfg and builds a Server for core. It opens nothing; Start
@@ -227,50 +240,68 @@ func New(core Core, cfg Config) (*Server, error) {
 		s.metrics.reg.MustRegister(cfg.Archive.Collector())
 	}
 
+	// The edges' streams are served by the wire server, which holds an
+	// idle edge for one goroutine and a few KB (package wire); a
+	// connection whose first call is another method is handed to grpc,
+	// with the same options as below. The keepalive, windows and message
+	// limit are the same for both.
+	s.acks = newAcker(s)
+	s.wire = wire.New(wire.Config{
+		TLS:              grpcTLS,
+		HandshakeFailed:  s.handshakeFailed,
+		MaxRecvMsgSize:   maxMsgSize,
+		StreamWindow:     streamWindow,
+		ConnWindow:       connWindow,
+		KeepaliveTime:    keepaliveTime,
+		KeepaliveTimeout: keepaliveTimeout,
+		MinPingInterval:  minPingInterval,
+		// An API method on an edge's connection: refused as the API
+		// would refuse it (an edge's certificate or token), else told
+		// where it is served.
+		Unhandled: func(st *wire.Stream) error {
+			if _, err := s.tokens.authorize(st.Context(), st.Method()); err != nil {
+				return err
+			}
+			return errAPIElsewhere
+		},
+		Logger: s.log,
+	})
+	s.wire.Handle(runnelv1.Uplink_Sync_FullMethodName, uplinkHandler{s})
+	if s.fleet != nil {
+		s.wire.Handle(runnelv1.Control_Connect_FullMethodName, controlHandler{s})
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.ChainUnaryInterceptor(s.tokens.unary),
 		grpc.ChainStreamInterceptor(s.tokens.stream),
-		// Edges on flaky links ping to keep NAT state; a dead one is
+		// Clients on flaky links ping to keep NAT state; a dead one is
 		// dropped after a missed ping.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		// Fixed flow-control windows: setting them turns off gRPC's
 		// bandwidth-delay estimator, which answers every DATA frame it
-		// samples with a PING — at 10,000 edges each sending a status every
-		// 10 s, a write and a read more per status, a third of the hub's
-		// CPU. 1 MiB per stream carries ~5 MB/s over a 200 ms link, far
-		// more than an edge's uplink needs.
+		// samples with a PING. 1 MiB per stream carries ~5 MB/s over a
+		// 200 ms link.
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
-		// No HPACK dynamic table for the headers clients send: each
-		// connection's decoder would keep the entries an edge indexed
-		// (its token, user agent, paths: 1.5 KB a connection, 15 MB at
-		// 10,000 edges). Edges open a stream rarely (the control and
-		// uplink streams last), so sending their headers literally
-		// costs a few hundred bytes a stream.
+		// No HPACK dynamic table for the headers clients send (what the
+		// wire server asks too, before it knows which server a
+		// connection is for).
 		grpc.HeaderTableSize(0),
 		// grpc-go (v1.85) takes a connection's write buffer from a pool
 		// for each run of writes and gives it back when it flushes: 32 KB
-		// by default. A deployment handed to 10,000 edges at once has
-		// that many taken together. The hub writes little to an edge
-		// (acks, desired sets); larger answers to API clients go out in
-		// more writes.
+		// by default; larger answers go out in more writes.
 		grpc.WriteBufferSize(writeBuffer),
 	}
 	grpcOpts := opts
 	if grpcTLS != nil {
-		creds := handshakeCounter{credentials.NewTLS(grpcTLS), s.metrics.handshakes, s.log}
-		// grpc-go pools its read buffers only for a plain TCP
-		// connection, whose socket it waits on before taking one; a TLS
-		// connection gets a buffer of its own, 32 KB by default, for as
-		// long as it lasts (303 MB of a 513 MB live heap at 10,000 edges,
-		// BenchmarkHub10kEdges/perconn=1,tls). crypto/tls buffers
-		// what it reads already (a record at a time), so none.
-		grpcOpts = append(slices.Clip(opts), grpc.Creds(creds), grpc.ReadBufferSize(0))
+		// The wire server did the handshake; a TLS connection's reads are
+		// buffered by crypto/tls already (a record at a time), so grpc-go
+		// gets no read buffer of its own (32 KB a connection otherwise).
+		grpcOpts = append(slices.Clip(opts), grpc.Creds(wire.PassthroughCredentials{}), grpc.ReadBufferSize(0))
 	}
 	s.grpc = grpc.NewServer(grpcOpts...)
-	runnelv1.RegisterUplinkServer(s.grpc, &uplink{s: s})
+	runnelv1.RegisterUplinkServer(s.grpc, edgeServiceElsewhere{})
 	runnelv1.RegisterResultsServer(s.grpc, &results{s: s})
 	runnelv1.RegisterHealthServer(s.grpc, &healthService{s: s})
 	s.registerFleet(s.grpc, true)
@@ -313,8 +344,28 @@ func (s *Server) registerFleet(g *grpc.Server, edges bool) {
 	}
 	runnelv1.RegisterFleetServer(g, &fleetService{s: s})
 	if edges {
-		runnelv1.RegisterControlServer(g, &control{s: s})
+		runnelv1.RegisterControlServer(g, edgeServiceElsewhere{})
 	}
+}
+
+// edgeServiceElsewhere answers the edge services on a connection handed
+// to grpc: the wire server serves them, on connections whose first call
+// is one of them (an edge's).
+type edgeServiceElsewhere struct {
+	runnelv1.UnimplementedUplinkServer
+	runnelv1.UnimplementedControlServer
+}
+
+var errAPIElsewhere = status.Error(codes.Unimplemented, "hub: this connection's first call was an edge stream, so it serves the uplink and control streams only: call the API on a connection of its own")
+
+var errEdgeElsewhere = status.Error(codes.Unimplemented, "hub: the uplink and control streams are served on a connection whose first call is one of them (an edge's): open a connection of its own for them")
+
+func (edgeServiceElsewhere) Sync(grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1.SyncResponse]) error {
+	return errEdgeElsewhere
+}
+
+func (edgeServiceElsewhere) Connect(grpc.BidiStreamingServer[runnelv1.ControlRequest, runnelv1.ControlResponse]) error {
+	return errEdgeElsewhere
 }
 
 // Start listens on both addresses and serves in the background. When it
@@ -344,12 +395,15 @@ func (s *Server) Start() error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			if err := f(); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, http.ErrServerClosed) {
+			if err := f(); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, wire.ErrServerClosed) {
 				s.errc <- fmt.Errorf("server: %s: %w", name, err)
 			}
 		}()
 	}
-	serve("gRPC", func() error { return s.grpc.Serve(s.grpcLis) })
+	serve("gRPC", func() error { return s.wire.Serve(s.grpcLis) })
+	serve("gRPC API", func() error { return s.grpc.Serve(s.wire.Fallback()) })
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.acks.run(s.quit) }()
 	serve("gateway", func() error { return s.inner.Serve(s.innerLis) })
 	if s.tls != nil {
 		serve("HTTPS", func() error { return s.http.ServeTLS(s.httpLis, "", "") })
@@ -399,8 +453,10 @@ func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
 // after that the core and the fleet may be closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.quitOnce.Do(func() { close(s.quit) })
-	s.controls.shutdown()
 	var errs []error
+	if err := s.wire.Shutdown(ctx, status.Convert(errShutdown)); err != nil {
+		errs = append(errs, fmt.Errorf("server: edge connections shutdown: %w", err))
+	}
 	if s.grpcLis != nil {
 		if err := s.http.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("server: HTTP shutdown: %w", err))
@@ -420,33 +476,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.innerConn.Close()
 	s.wg.Wait()
+	// Every control stream has ended (the wire server's Shutdown), so no
+	// sender starts any more.
+	s.senders.Wait()
 	return errors.Join(errs...)
 }
 
-// handshakeCounter counts (and logs) the gRPC listener's failed TLS
+// handshakeFailed counts (and logs) the gRPC listener's failed TLS
 // handshakes: a client certificate the CA did not sign, or one expired,
 // fails there, before any call the interceptor could count.
-type handshakeCounter struct {
-	credentials.TransportCredentials
-	failed prometheus.Counter
-	log    *slog.Logger
-}
-
-func (h handshakeCounter) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := h.TransportCredentials.ServerHandshake(c)
-	if err != nil {
-		h.failed.Inc()
-		// A refused certificate is the operator's to see; a scanner or a
-		// client that hung up is not worth more than debug.
-		lvl := slog.LevelDebug
-		if strings.Contains(err.Error(), "certificate") {
-			lvl = slog.LevelWarn
-		}
-		h.log.Log(context.Background(), lvl, "hub: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+func (s *Server) handshakeFailed(remote net.Addr, err error) {
+	s.metrics.handshakes.Inc()
+	// A refused certificate is the operator's to see; a scanner or a
+	// client that hung up is not worth more than debug.
+	lvl := slog.LevelDebug
+	if strings.Contains(err.Error(), "certificate") {
+		lvl = slog.LevelWarn
 	}
-	return conn, info, err
-}
-
-func (h handshakeCounter) Clone() credentials.TransportCredentials {
-	return handshakeCounter{h.TransportCredentials.Clone(), h.failed, h.log}
+	s.log.Log(context.Background(), lvl, "hub: TLS handshake failed", "remote", remote.String(), "err", err)
 }

@@ -79,7 +79,8 @@ func certs(t testing.TB) (certFile, keyFile string, pool *x509.CertPool) {
 type env struct {
 	srv  *server.Server
 	core server.Core
-	conn *grpc.ClientConn
+	conn *grpc.ClientConn // for the API
+	edge *grpc.ClientConn // for the edge streams: an edge's connection
 	http *http.Client
 	base string         // https://127.0.0.1:port
 	pool *x509.CertPool // trusts the server
@@ -106,10 +107,15 @@ func start(t *testing.T, core server.Core, mod func(*server.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	edge, err := grpc.NewClient(srv.GRPCAddr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	tr := &http.Transport{TLSClientConfig: tlsCfg}
-	e := &env{srv: srv, core: core, conn: conn, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}, base: "https://" + srv.HTTPAddr().String(), pool: pool}
+	e := &env{srv: srv, core: core, conn: conn, edge: edge, http: &http.Client{Transport: tr, Timeout: 10 * time.Second}, base: "https://" + srv.HTTPAddr().String(), pool: pool}
 	t.Cleanup(func() {
 		conn.Close()
+		edge.Close()
 		tr.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -158,7 +164,7 @@ func TestUplinkAuth(t *testing.T) {
 	p := testPipeline(t)
 	core := newFakeCore(p)
 	e := start(t, core, nil)
-	up := runnelv1.NewUplinkClient(e.conn)
+	up := runnelv1.NewUplinkClient(e.edge)
 	ctx := testCtx(t)
 	part := &runnelv1.Partial{Seq: 1, Pipeline: "temps", Key: mustKey(t, p, "d1"), WindowStart: 0, WindowEnd: 60000, Version: 1, State: state(p, 20)}
 
@@ -217,7 +223,7 @@ func TestUplinkSync(t *testing.T) {
 	p := testPipeline(t)
 	core := newFakeCore(p)
 	e := start(t, core, nil)
-	up := runnelv1.NewUplinkClient(e.conn)
+	up := runnelv1.NewUplinkClient(e.edge)
 	ctx := withToken(testCtx(t), "token-1")
 	part := func(seq uint64, dev string) *runnelv1.Partial {
 		return &runnelv1.Partial{Seq: seq, Pipeline: "temps", Key: mustKey(t, p, dev), WindowStart: 0, WindowEnd: 60000, Version: 1, State: state(p, 20)}
@@ -592,7 +598,7 @@ func TestShutdown(t *testing.T) {
 	core := newFakeCore(p)
 	e := start(t, core, nil)
 	ctx := testCtx(t)
-	s, err := runnelv1.NewUplinkClient(e.conn).Sync(withToken(ctx, "token-2"))
+	s, err := runnelv1.NewUplinkClient(e.edge).Sync(withToken(ctx, "token-2"))
 	if err != nil {
 		t.Fatal(err)
 	}

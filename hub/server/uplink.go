@@ -3,23 +3,18 @@ package server
 import (
 	"context"
 	"errors"
-	"io"
 	"strings"
+	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/runnel-io/runnel/hub"
+	"github.com/runnel-io/runnel/hub/server/wire"
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
-
-// uplink serves the Uplink service: one Sync stream per connected edge.
-type uplink struct {
-	runnelv1.UnimplementedUplinkServer
-	s *Server
-}
 
 // coreError maps the hub core's errors to the gRPC codes edges act on:
 // FailedPrecondition (fenced: start a new epoch), OutOfRange (gap:
@@ -84,145 +79,222 @@ var limits = &runnelv1.Limits{
 
 var errShutdown = status.Error(codes.Unavailable, "hub: shutting down")
 
-// Sync runs one edge's stream: Hello → Resume, then Batches in, Acks out.
-// The acker is the stream's goroutine: Sync returns only after it has
-// stopped, so nothing Sends after the handler. The receive loop may be in
-// Recv, which returns only once the handler has; the Server owns it and
-// Shutdown waits for it.
-func (u *uplink) Sync(stream grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1.SyncResponse]) error {
+// edgeStream is what the edge services' handlers need of a stream
+// (*wire.Stream): its context, and responses and an end that never wait
+// for the edge.
+type edgeStream interface {
+	Context() context.Context
+	Send(m proto.Message) error
+	End(err error)
+}
+
+// uplinkHandler serves Uplink.Sync on the wire server: one stream per
+// connected edge, Hello → Resume, then Batches in and Acks out. The
+// stream has no goroutine of its own: its messages are handled on its
+// connection's goroutine (each batch core.Apply'd in order), and the
+// server's acker sends every stream's acks.
+type uplinkHandler struct{ s *Server }
+
+func (h uplinkHandler) Open(st *wire.Stream) (wire.Receiver, error) {
+	ctx, err := h.s.tokens.authorize(st.Context(), st.Method())
+	if err != nil {
+		return nil, err
+	}
+	return &uplinkStream{s: h.s, st: st, edge: edgeOf(ctx)}, nil
+}
+
+// uplinkStream is one edge's Sync stream.
+type uplinkStream struct {
+	s     *Server
+	st    edgeStream
+	edge  string
+	hello bool // the connection's goroutine only
+
+	// Under the acker's mu.
+	open     bool        // past the Hello, until Closed
+	gone     bool        // Closed
+	sent     hub.Resume  // the last epoch and sequence said to the edge
+	last     uint64      // the sequence of the last batch applied
+	draining bool        // the edge closed its side: end once last is acked
+	drain    *time.Timer // ends a draining stream after drainTimeout
+}
+
+func (u *uplinkStream) Message(m []byte) error {
+	var req runnelv1.SyncRequest
+	if err := proto.Unmarshal(m, &req); err != nil {
+		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+	}
 	s := u.s
-	edge := edgeOf(stream.Context())
-	if edge == "" { // not through the interceptor: a wiring bug
-		return status.Error(codes.Internal, "uplink: no authenticated edge")
+	if !u.hello {
+		hello := req.GetHello()
+		switch {
+		case hello == nil:
+			return status.Error(codes.InvalidArgument, "uplink: the first message must be a Hello")
+		case hello.EdgeId != u.edge:
+			s.metrics.refused.Inc()
+			return status.Errorf(codes.PermissionDenied, "uplink: this stream is edge %s's (by its token or client certificate); Hello names %q", u.edge, hello.EdgeId)
+		}
+		resume, err := s.core.Hello(u.edge, hello.Epoch, hello.NextSeq)
+		if err != nil {
+			return coreError(err)
+		}
+		if err := u.st.Send(&runnelv1.SyncResponse{Msg: &runnelv1.SyncResponse_Resume{Resume: &runnelv1.Resume{Epoch: resume.Epoch, AckedSeq: resume.AckedSeq, Limits: limits}}}); err != nil {
+			return err
+		}
+		u.hello = true
+		s.acks.opened(u, resume)
+		s.log.Debug("hub: edge connected", "edge", u.edge, "epoch", hello.Epoch, "next_seq", hello.NextSeq, "resume_epoch", resume.Epoch, "acked_seq", resume.AckedSeq)
+		return nil
 	}
-	first, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	hello := first.GetHello()
+	b := req.GetBatch()
 	switch {
-	case hello == nil:
-		return status.Error(codes.InvalidArgument, "uplink: the first message must be a Hello")
-	case hello.EdgeId != edge:
+	case b == nil:
+		return status.Error(codes.InvalidArgument, "uplink: expected a Batch; Hello is sent once, first")
+	case b.EdgeId != u.edge:
 		s.metrics.refused.Inc()
-		return status.Errorf(codes.PermissionDenied, "uplink: this stream is edge %s's (by its token or client certificate); Hello names %q", edge, hello.EdgeId)
+		return status.Errorf(codes.PermissionDenied, "uplink: this stream is edge %s's (by its token or client certificate); the batch names %q", u.edge, b.EdgeId)
 	}
-	resume, err := s.core.Hello(edge, hello.Epoch, hello.NextSeq)
-	if err != nil {
+	// Pending before the batch is applied: the commit that makes it
+	// durable wakes an acker that has the stream to look at already.
+	s.acks.applying(u, b.LastSeq)
+	if err := s.core.Apply(b); err != nil {
 		return coreError(err)
 	}
-	if err := stream.Send(&runnelv1.SyncResponse{Msg: &runnelv1.SyncResponse_Resume{Resume: &runnelv1.Resume{Epoch: resume.Epoch, AckedSeq: resume.AckedSeq, Limits: limits}}}); err != nil {
-		return err
+	if _, seq, _ := s.core.Acked(u.edge); seq >= b.LastSeq {
+		s.acks.kick() // durable already (a batch resent): no commit will come for it
 	}
-	s.log.Debug("hub: edge connected", "edge", edge, "epoch", hello.Epoch, "next_seq", hello.NextSeq, "resume_epoch", resume.Epoch, "acked_seq", resume.AckedSeq)
-	s.metrics.streams.Inc()
-	defer s.metrics.streams.Dec()
+	return nil
+}
 
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-	// The receive loop is owned by the server, not this call: it may be
-	// blocked in Recv, which returns only once this handler has. Shutdown
-	// waits for it.
-	recvErr := make(chan error, 1)
-	lastSeq := make(chan uint64, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		last, err := u.recv(ctx, stream, edge)
-		if err == nil {
-			lastSeq <- last
-		}
-		recvErr <- err
-	}()
-	ackDone := make(chan error, 1)
-	go func() { ackDone <- u.ack(ctx, stream, edge, resume, lastSeq) }()
+// CloseSend: the edge closed its side; the stream ends once its last
+// batch is acked, or after drainTimeout.
+func (u *uplinkStream) CloseSend() { u.s.acks.closeSend(u) }
 
-	select {
-	case err = <-recvErr:
-		if err == nil {
-			// The edge closed its side: let the acker send the ack of the
-			// last batch before the stream ends.
-			select {
-			case err = <-ackDone:
-				ackDone <- err
-			case <-s.quit:
-			case <-time.After(drainTimeout):
-			}
-		}
-	case err = <-ackDone:
-		ackDone <- err
-	case <-s.quit:
-		err = errShutdown
-	}
-	cancel()
-	if aerr := <-ackDone; err == nil {
-		err = aerr
-	}
+func (u *uplinkStream) Closed(err error) {
+	u.s.acks.closed(u)
 	if st, ok := status.FromError(err); ok && err != nil && st.Code() != codes.Canceled {
-		s.log.Debug("hub: edge stream ended", "edge", edge, "code", st.Code(), "err", st.Message())
+		u.s.log.Debug("hub: edge stream ended", "edge", u.edge, "code", st.Code(), "err", st.Message())
 	}
-	return err
 }
 
 // drainTimeout bounds how long a stream the edge closed waits for the ack
 // of its last batch (a commit interval or two, normally).
 const drainTimeout = 5 * time.Second
 
-// recv applies batches until the edge closes its side (nil, and the last
-// sequence applied) or a batch fails. It is the only caller of Recv after
-// the Hello.
-func (u *uplink) recv(ctx context.Context, stream grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1.SyncResponse], edge string) (uint64, error) {
-	s := u.s
-	var last uint64
-	for {
-		m, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return last, nil
-		}
-		if err != nil {
-			return last, err
-		}
-		b := m.GetBatch()
-		switch {
-		case b == nil:
-			return last, status.Error(codes.InvalidArgument, "uplink: expected a Batch; Hello is sent once, first")
-		case b.EdgeId != edge:
-			s.metrics.refused.Inc()
-			return last, status.Errorf(codes.PermissionDenied, "uplink: this stream is edge %s's (by its token or client certificate); the batch names %q", edge, b.EdgeId)
-		}
-		if ctx.Err() != nil {
-			return last, ctx.Err() // the stream is ending: leave the batch to the next one
-		}
-		if err := s.core.Apply(b); err != nil {
-			return last, coreError(err)
-		}
-		last = b.LastSeq
+// acker sends every uplink stream's acks: one goroutine for all of them,
+// woken by each commit of the core, which looks at the streams with
+// batches not yet acked and sends each an Ack when the hub's durable
+// sequence for its edge moved.
+type acker struct {
+	s       *Server
+	mu      sync.Mutex
+	pending map[*uplinkStream]struct{}
+	wake    chan struct{}
+}
+
+func newAcker(s *Server) *acker {
+	return &acker{s: s, pending: map[*uplinkStream]struct{}{}, wake: make(chan struct{}, 1)}
+}
+
+func (a *acker) kick() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
 	}
 }
 
-// ack sends an Ack whenever the hub's durable sequence for the edge
-// advances, until ctx ends, or, once drain gives the last sequence the
-// edge sent, until that is acked. It is the only caller of Send after the
-// Resume.
-func (u *uplink) ack(ctx context.Context, stream grpc.BidiStreamingServer[runnelv1.SyncRequest, runnelv1.SyncResponse], edge string, sent hub.Resume, drain <-chan uint64) error {
-	target, draining := uint64(0), false
+func (a *acker) opened(u *uplinkStream, sent hub.Resume) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if u.gone {
+		return // ended while it said Resume (Shutdown)
+	}
+	u.open, u.sent = true, sent
+	a.s.metrics.streams.Inc()
+}
+
+func (a *acker) applying(u *uplinkStream, seq uint64) {
+	a.mu.Lock()
+	if u.open {
+		u.last = seq
+		a.pending[u] = struct{}{}
+	}
+	a.mu.Unlock()
+}
+
+func (a *acker) closeSend(u *uplinkStream) {
+	a.mu.Lock()
+	_, waiting := a.pending[u]
+	if u.open && waiting {
+		u.draining = true
+		u.drain = time.AfterFunc(drainTimeout, func() { u.st.End(nil) })
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Unlock()
+	u.st.End(nil)
+}
+
+func (a *acker) closed(u *uplinkStream) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if u.open {
+		a.s.metrics.streams.Dec()
+	}
+	u.open, u.gone = false, true
+	delete(a.pending, u)
+	if u.drain != nil {
+		u.drain.Stop()
+	}
+}
+
+// run acks until quit is closed.
+func (a *acker) run(quit <-chan struct{}) {
+	var streams []*uplinkStream
 	for {
-		epoch, seq, next := u.s.core.Acked(edge)
-		if epoch != sent.Epoch || seq != sent.AckedSeq {
-			if err := stream.Send(&runnelv1.SyncResponse{Msg: &runnelv1.SyncResponse_Ack{Ack: &runnelv1.Ack{Epoch: epoch, AckedSeq: seq}}}); err != nil {
-				return err
-			}
-			sent = hub.Resume{Epoch: epoch, AckedSeq: seq}
+		_, _, next := a.s.core.Acked("") // the next commit's signal
+		a.mu.Lock()
+		streams = streams[:0]
+		for u := range a.pending {
+			streams = append(streams, u)
 		}
-		if draining && seq >= target {
-			return nil
+		a.mu.Unlock()
+		for _, u := range streams {
+			a.check(u)
 		}
+		clear(streams)
 		select {
 		case <-next: // nil (a core without commits) blocks: fine
-		case target = <-drain:
-			draining = true
-		case <-ctx.Done():
-			return nil
+		case <-a.wake:
+		case <-quit:
+			return
 		}
+	}
+}
+
+// check sends u an Ack if the hub's durable sequence for its edge moved,
+// and ends a draining stream whose last batch is durable.
+func (a *acker) check(u *uplinkStream) {
+	epoch, seq, _ := a.s.core.Acked(u.edge)
+	a.mu.Lock()
+	if _, ok := a.pending[u]; !ok {
+		a.mu.Unlock()
+		return
+	}
+	send := epoch != u.sent.Epoch || seq != u.sent.AckedSeq
+	if send {
+		u.sent = hub.Resume{Epoch: epoch, AckedSeq: seq}
+	}
+	done := seq >= u.last
+	if done {
+		delete(a.pending, u)
+	}
+	end := done && u.draining
+	a.mu.Unlock()
+	if send {
+		_ = u.st.Send(&runnelv1.SyncResponse{Msg: &runnelv1.SyncResponse_Ack{Ack: &runnelv1.Ack{Epoch: epoch, AckedSeq: seq}}})
+	}
+	if end {
+		u.st.End(nil)
 	}
 }

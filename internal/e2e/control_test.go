@@ -860,7 +860,9 @@ func TestFleetRefusalsE2E(t *testing.T) {
 	refused("an edge token's QueryResults", err, codes.PermissionDenied)
 	_, err = er.ListEdges(ctx, &runnelv1.ListEdgesRequest{})
 	refused("an edge token's ListEdges", err, codes.PermissionDenied)
-	stream, err := runnelv1.NewControlClient(ec).Connect(ctx)
+	// The control stream on a connection of its own, as an edge's: ec's
+	// first calls were the API's.
+	stream, err := runnelv1.NewControlClient(f.connAs(f.tokens["r1"])).Connect(ctx)
 	if err == nil {
 		err = stream.Send(&runnelv1.ControlRequest{Msg: &runnelv1.ControlRequest_Register{Register: &runnelv1.Register{EdgeId: "r2",
 			Labels: map[string]string{"site": "plant-7"}}}})

@@ -187,14 +187,20 @@ dead_letter: {file: {path: %s}}
 		good("good", "after", base+8000+int64(i)*10, 1)
 	}
 
-	// Forged clients with valid tokens.
+	// Forged clients with valid tokens, on a connection of their own as
+	// an edge's (the API's connection below is another).
+	forged, err := grpc.NewClient(hubGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forged.Close()
 	conn, err := grpc.NewClient(hubGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	// A Hello with an absurd epoch under e1's own token.
-	if err := forgedHello(conn, "e1", "poison-token-e1-0123456789", math.MaxUint64); status.Code(err) != codes.InvalidArgument {
+	if err := forgedHello(forged, "e1", "poison-token-e1-0123456789", math.MaxUint64); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Hello with epoch 2^64-1: %v, want InvalidArgument", err)
 	}
 
@@ -224,7 +230,7 @@ dead_letter: {file: {path: %s}}
 	}
 	state := p.Aggregates.AppendEncode(nil, p.Aggregates.New())
 	key, _ := p.KeyFromStrings(map[string]string{"k": "evil"})
-	refusal, err := forgedBatches(conn, "evil", "poison-token-evil-0123456", []*runnelv1.Batch{
+	refusal, err := forgedBatches(forged, "evil", "poison-token-evil-0123456", []*runnelv1.Batch{
 		{EdgeId: "evil", Epoch: 1, FirstSeq: 1, LastSeq: 2,
 			Partials:   []*runnelv1.Partial{{Seq: 1, Pipeline: "good", Key: key, WindowStart: 4102444800000, WindowEnd: 4102444801000, Version: 1, State: state}},
 			Watermarks: []*runnelv1.Watermark{{Pipeline: "good", WatermarkMs: math.MaxInt64}}},
@@ -232,7 +238,7 @@ dead_letter: {file: {path: %s}}
 	if len(refusal) != 1 || refusal[0].Seq != 1 || !strings.Contains(refusal[0].Reason, "after the hub's clock") {
 		t.Errorf("forged partial of a window in 2100: refusal %v (%v), want seq 1 refused for starting after the hub's clock", refusal, err)
 	}
-	if _, err := forgedBatches(conn, "evil", "poison-token-evil-0123456", []*runnelv1.Batch{
+	if _, err := forgedBatches(forged, "evil", "poison-token-evil-0123456", []*runnelv1.Batch{
 		{EdgeId: "evil", Epoch: 1, FirstSeq: 1, LastSeq: 2, Watermarks: []*runnelv1.Watermark{{Pipeline: "good", WatermarkMs: math.MaxInt64}}},
 	}); err != nil {
 		t.Errorf("forged watermark batch: %v", err)

@@ -928,6 +928,9 @@ func scaleProcStat(tb testing.TB, pid int) (cpu time.Duration, rss, peak int64) 
 type scaleSim struct {
 	id   string
 	conn *grpc.ClientConn
+	// uplink: the edge also holds its uplink stream, idle after the
+	// Resume (a real edge between two windows' batches).
+	uplink bool
 }
 
 // scaleSimStatus is a typical report: the pipelines of the applied set
@@ -949,6 +952,19 @@ func scaleSimStatus(ds *runnelv1.DesiredSet, rng *rand.Rand) *runnelv1.EdgeStatu
 // run keeps the edge's control stream until ctx ends; the first status
 // goes after offset, then one every interval. sent counts statuses.
 func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent *atomic.Int64) error {
+	if s.uplink {
+		up, err := runnelv1.NewUplinkClient(s.conn).Sync(ctx, grpc.PerRPCCredentials(scaleBearer(scaleToken(s.id))))
+		if err != nil {
+			return err
+		}
+		if err := up.Send(&runnelv1.SyncRequest{Msg: &runnelv1.SyncRequest_Hello{Hello: &runnelv1.Hello{EdgeId: s.id, Epoch: 1, NextSeq: 1}}}); err != nil {
+			return err
+		}
+		if _, err := up.Recv(); err != nil {
+			return fmt.Errorf("uplink: %w", err)
+		}
+		defer up.CloseSend()
+	}
 	stream, err := runnelv1.NewControlClient(s.conn).Connect(ctx, grpc.PerRPCCredentials(scaleBearer(scaleToken(s.id))))
 	if err != nil {
 		return err
@@ -1020,7 +1036,9 @@ func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent
 // time of a /metrics scrape after it. perconn=1 is the field: each edge
 // on a connection of its own, which pings every 20 s as the edge's uplink
 // does; perconn=100 puts 100 edges' streams on one connection, which
-// tells the connections' share of the cost from the streams'.
+// tells the connections' share of the cost from the streams'. With
+// ",uplink" each edge also holds its uplink stream, idle after its
+// Resume, as a real edge does between two windows' batches.
 // perconn=1,tls is the field over TLS (the hub's certificate from
 // internal/testcert, verified by the clients). Run with
 // -benchtime=1x; RUNNEL_HUB_EDGES changes the 10,000. RUNNEL_HUB_PROFILE
@@ -1059,23 +1077,26 @@ func BenchmarkHub10kEdges(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, c := range []struct {
-		perConn int
-		tls     bool
-	}{{1, false}, {100, false}, {1, true}} {
+		perConn     int
+		tls, uplink bool
+	}{{1, false, false}, {1, false, true}, {100, false, false}, {1, true, false}, {1, true, true}} {
 		name := fmt.Sprintf("perconn=%d", c.perConn)
 		var files *testcert.Files
 		if c.tls {
 			name, files = name+",tls", &ca
 		}
+		if c.uplink {
+			name += ",uplink"
+		}
 		b.Run(name, func(b *testing.B) {
-			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, c.perConn, window, profDir, files)
+			benchHubEdges(b, filepath.Join(bin, "runnel-hub"), n, c.perConn, c.uplink, window, profDir, files)
 		})
 	}
 }
 
 // benchHubEdges runs one case of BenchmarkHub10kEdges; with ca, the hub
 // serves TLS with its certificate and the clients verify it.
-func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Duration, profDir string, ca *testcert.Files) {
+func benchHubEdges(b *testing.B, hubBin string, n, perConn int, uplink bool, window time.Duration, profDir string, ca *testcert.Files) {
 	const interval = 10 * time.Second
 	dir := b.TempDir()
 	var tokens strings.Builder
@@ -1151,7 +1172,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, window time.Dura
 			}
 			conns = append(conns, conn)
 		}
-		sim := &scaleSim{id: id, conn: conns[len(conns)-1]}
+		sim := &scaleSim{id: id, conn: conns[len(conns)-1], uplink: uplink}
 		offset := interval * time.Duration(i) / time.Duration(n)
 		wg.Go(func() {
 			if err := sim.run(ctx, offset, interval, &sent); err != nil && ctx.Err() == nil {
