@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -68,6 +69,9 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	lg := c.Log.Logger(logOut)
 	if c.MemoryLimit > 0 {
 		debug.SetMemoryLimit(c.MemoryLimit)
+	}
+	if !hasEnv(environ, "GOGC") {
+		debug.SetGCPercent(c.GCPercent)
 	}
 	switch {
 	case len(c.Pipelines) == 0 && c.Fleet.Enabled:
@@ -158,4 +162,14 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	err = srv.Serve(ctx, c.ShutdownTimeout)
 	lg.Info("runnel-hub: stopping")
 	return errors.Join(err, closeAll())
+}
+
+// hasEnv reports whether environ sets name.
+func hasEnv(environ []string, name string) bool {
+	for _, kv := range environ {
+		if k, _, _ := strings.Cut(kv, "="); k == name {
+			return true
+		}
+	}
+	return false
 }

@@ -283,3 +283,16 @@ func TestRunFleetEdgeMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestGCPercentDefersToGOGC: gc_percent applies unless GOGC is in the
+// environment, which the Go runtime has applied already.
+func TestGCPercentDefersToGOGC(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want bool
+	}{{nil, false}, {[]string{"GOGCX=1", "XGOGC=2"}, false}, {[]string{"HOME=/", "GOGC=200"}, true}, {[]string{"GOGC="}, true}} {
+		if got := hasEnv(tc.env, "GOGC"); got != tc.want {
+			t.Errorf("hasEnv(%q, GOGC) = %v", tc.env, got)
+		}
+	}
+}

@@ -26,6 +26,7 @@ type Config struct {
 	Pipelines       []string // spec files or globs; empty: the built-in demo pipeline
 	ShutdownTimeout time.Duration
 	MemoryLimit     int64 // bytes; 0: none
+	GCPercent       int   // debug.SetGCPercent unless GOGC is set
 	GRPC            Listener
 	HTTP            Listener
 	TLS             TLS

@@ -173,7 +173,11 @@ func (f *Fleet) Status(edgeID string, st *runnelv1.EdgeStatus) error {
 		return fmt.Errorf("fleet: edge %q has no open control stream: %w", edgeID, ErrConflict)
 	}
 	relevant := applyChanged(e.status, st)
-	gate := relevant || len(e.rec.Assign) > 0 && (e.status.GetRecordsPerMin() != st.RecordsPerMin || e.status.GetDeadPerMin() != st.DeadPerMin)
+	// A rollout's gate looks at what an edge applied and at its rates;
+	// with none progressing there is nothing to evaluate (a status a
+	// second at 10,000 edges would wake the evaluator for each).
+	gate := (relevant || len(e.rec.Assign) > 0 && (e.status.GetRecordsPerMin() != st.RecordsPerMin || e.status.GetDeadPerMin() != st.DeadPerMin)) &&
+		f.progressing()
 	e.status = st
 	e.lastSeenMs = f.nowMs()
 	e.statusSeq++

@@ -351,6 +351,17 @@ func (f *Fleet) Evaluate() error {
 	return f.commit(c)
 }
 
+// progressing reports whether a deployment's current rollout is
+// progressing (a step waits for its edges' health). Caller holds f.mu.
+func (f *Fleet) progressing() bool {
+	for _, dn := range f.depNames {
+		if v := f.deps[dn].current(); v != nil && v.ro.Phase == PhaseProgressing {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *Fleet) evaluate(c *changes, d *deployment, v *version, now int64) {
 	for v.ro.Phase == PhaseProgressing {
 		steps := len(v.rec.Ends)

@@ -42,7 +42,7 @@ var errReplaced = status.Error(codes.Aborted, "control: replaced by a newer conn
 type controlHandler struct{ s *Server }
 
 func (h controlHandler) Open(st *wire.Stream) (wire.Receiver, error) {
-	ctx, err := h.s.tokens.authorize(st.Context(), st.Method())
+	ctx, err := h.s.tokens.authorize(openContext(st), st.Method())
 	if err != nil {
 		return nil, err
 	}
@@ -263,24 +263,27 @@ func checkStatus(where string, st *runnelv1.EdgeStatus) error {
 			return invalid("control: %s.%s: %v; want a finite rate >= 0", where, f.name, f.v)
 		}
 	}
-	seen := make(map[string]bool, len(st.Pipelines))
+	// Every status comes through here (1,000 a second at 10,000 edges):
+	// nothing is formatted or allocated unless it is refused.
+	at := func(i int) string { return fmt.Sprintf("%s.pipelines[%d]", where, i) }
 	for i, p := range st.Pipelines {
-		at := fmt.Sprintf("%s.pipelines[%d]", where, i)
 		switch {
 		case p == nil:
-			return invalid("control: %s: empty", at)
+			return invalid("control: %s: empty", at(i))
 		case p.Name == "":
-			return invalid("control: %s.name: empty", at)
+			return invalid("control: %s.name: empty", at(i))
 		case len(p.Name) > maxFieldBytes:
-			return invalid("control: %s.name: %d bytes, at most %d", at, len(p.Name), maxFieldBytes)
-		case seen[p.Name]:
-			return invalid("control: %s: pipeline %q reported twice", at, p.Name)
+			return invalid("control: %s.name: %d bytes, at most %d", at(i), len(p.Name), maxFieldBytes)
 		case len(p.State) > maxFieldBytes:
-			return invalid("control: %s.state: %d bytes, at most %d", at, len(p.State), maxFieldBytes)
+			return invalid("control: %s.state: %d bytes, at most %d", at(i), len(p.State), maxFieldBytes)
 		case len(p.Error) > maxErrorBytes:
-			return invalid("control: %s.error: %d bytes, at most %d", at, len(p.Error), maxErrorBytes)
+			return invalid("control: %s.error: %d bytes, at most %d", at(i), len(p.Error), maxErrorBytes)
 		}
-		seen[p.Name] = true
+		for _, q := range st.Pipelines[:i] {
+			if q.Name == p.Name {
+				return invalid("control: %s: pipeline %q reported twice", at(i), p.Name)
+			}
+		}
 	}
 	return nil
 }

@@ -259,7 +259,7 @@ func New(core Core, cfg Config) (*Server, error) {
 		// would refuse it (an edge's certificate or token), else told
 		// where it is served.
 		Unhandled: func(st *wire.Stream) error {
-			if _, err := s.tokens.authorize(st.Context(), st.Method()); err != nil {
+			if _, err := s.tokens.authorize(openContext(st), st.Method()); err != nil {
 				return err
 			}
 			return errAPIElsewhere

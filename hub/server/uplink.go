@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -88,6 +89,13 @@ type edgeStream interface {
 	End(err error)
 }
 
+// openContext is the context a wire stream is authorized in: its own,
+// with the request's metadata (the token), which the stream keeps no
+// longer than its Open.
+func openContext(st *wire.Stream) context.Context {
+	return metadata.NewIncomingContext(st.Context(), st.Header())
+}
+
 // uplinkHandler serves Uplink.Sync on the wire server: one stream per
 // connected edge, Hello → Resume, then Batches in and Acks out. The
 // stream has no goroutine of its own: its messages are handled on its
@@ -96,7 +104,7 @@ type edgeStream interface {
 type uplinkHandler struct{ s *Server }
 
 func (h uplinkHandler) Open(st *wire.Stream) (wire.Receiver, error) {
-	ctx, err := h.s.tokens.authorize(st.Context(), st.Method())
+	ctx, err := h.s.tokens.authorize(openContext(st), st.Method())
 	if err != nil {
 		return nil, err
 	}

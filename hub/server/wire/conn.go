@@ -25,15 +25,18 @@ import (
 // connection's own), or a goroutine started for them (flush).
 type conn struct {
 	s    *Server
-	nc   net.Conn  // the socket
-	rw   net.Conn  // nc, or the TLS connection over it
-	tls  *tls.Conn // nil: plaintext
-	peer *peer.Peer
+	nc   net.Conn        // the socket
+	rw   net.Conn        // nc, or the TLS connection over it
+	tls  *tls.Conn       // nil: plaintext
+	base context.Context // the streams' values: the peer
 
 	// The connection's goroutine only.
 	pending     []byte // read before rw: the frames read while sniffing
+	rbuf        []byte // what one read of rw took: a small frame whole
+	rpos, rend  int    // rbuf[rpos:rend] is not handled yet
 	hdr         [frameHeaderLen]byte
 	one         [1]byte
+	done        chan struct{} // a worker's word that the call it ran returned
 	dec         *hpack.Decoder
 	block       []byte // a header block being gathered, nil if none
 	blockStream uint32
@@ -74,31 +77,42 @@ func newConn(s *Server, nc net.Conn) *conn {
 // errKeepalive closes a connection that did not answer a ping.
 var errKeepalive = errors.New("wire: the client did not answer a keepalive ping")
 
-// serve is the connection's goroutine: TLS handshake, preface, the first
-// stream's method (sniff), then either the frame loop or the hand-off.
+// serve is the connection's first goroutine: TLS handshake, preface, the
+// first stream's method (sniff), then the hand-off, or a goroutine of
+// the frame loop's own. The loop starts on a fresh stack: the handshake's
+// and the sniffing's depth would stay with the connection for its life
+// otherwise, and an idle edge is this goroutine parked in a read.
 func (c *conn) serve() {
-	handedOff := false
-	defer func() {
-		c.s.forget(c, handedOff)
-		c.s.wg.Done()
-	}()
 	setUserTimeout(c.nc, c.s.cfg.KeepaliveTimeout)
 	err := c.start()
+	if err == nil {
+		go c.loop()
+		return
+	}
 	if errors.Is(err, errHandOff) {
 		c.nc.SetDeadline(time.Time{})
 		c.mu.Lock()
 		closed := c.closed
 		c.mu.Unlock()
-		if !closed {
-			handedOff = c.s.fallback.handOff(&handedConn{Conn: c.rw, prefix: c.pending, tls: c.tls})
-			if handedOff {
-				return
-			}
+		if !closed && c.s.fallback.handOff(&handedConn{Conn: c.rw, prefix: c.pending, tls: c.tls}) {
+			c.s.forget(c, true)
+			c.s.wg.Done()
+			return
 		}
 	}
-	if err == nil {
-		err = c.readLoop()
-	}
+	c.end(err)
+}
+
+// loop is the frame loop's goroutine.
+func (c *conn) loop() { c.end(c.readLoop()) }
+
+// end closes the connection after err (a connection error says GOAWAY
+// first) and lets the server forget it.
+func (c *conn) end(err error) {
+	defer func() {
+		c.s.forget(c, false)
+		c.s.wg.Done()
+	}()
 	var ce connError
 	if errors.As(err, &ce) {
 		c.mu.Lock()
@@ -136,11 +150,12 @@ func (c *conn) start() error {
 		c.nc.SetDeadline(time.Time{})
 		c.rw, c.tls = tc, tc
 	}
-	c.peer = &peer.Peer{Addr: c.nc.RemoteAddr(), LocalAddr: c.nc.LocalAddr()}
+	p := &peer.Peer{Addr: c.nc.RemoteAddr(), LocalAddr: c.nc.LocalAddr()}
 	if c.tls != nil {
-		c.peer.AuthInfo = credentials.TLSInfo{State: c.tls.ConnectionState(),
+		p.AuthInfo = credentials.TLSInfo{State: c.tls.ConnectionState(),
 			CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
 	}
+	c.base = peer.NewContext(context.Background(), p)
 	if err := c.writeNow(c.s.settings); err != nil {
 		return err
 	}
@@ -157,6 +172,7 @@ func (c *conn) start() error {
 		return errHandOff
 	}
 	c.pending = replay[len(clientPreface):]
+	c.rbuf = make([]byte, readBufSize)
 	c.dec = hpack.NewDecoder(4096, nil)
 	c.dec.SetMaxStringLength(maxHeaderBlock)
 	c.mu.Lock()
@@ -200,10 +216,12 @@ var errSniffLimit = errors.New("wire: no stream in the connection's first 64 KiB
 // stream is kept as long as it answers pings (KeepaliveTime, Timeout).
 func (c *conn) sniff() (method string, replay []byte, err error) {
 	cfg := &c.s.cfg
-	buf := make([]byte, 0, 4096)
-	replay = make([]byte, 0, 4096)
+	// buf[:kept] is what the fallback would read (the PINGs taken out as
+	// they are met), buf[kept:off] their dropped bytes, buf[off:] not
+	// parsed yet.
+	buf := make([]byte, 0, 1024)
+	kept, off := 0, 0
 	var block []byte
-	off := 0
 	pingOut := false
 	for {
 		for {
@@ -214,8 +232,7 @@ func (c *conn) sniff() (method string, replay []byte, err error) {
 				if string(buf[:len(clientPreface)]) != clientPreface {
 					return "", nil, fmt.Errorf("wire: %s: not an HTTP/2 client preface", c.nc.RemoteAddr())
 				}
-				replay = append(replay, buf[:len(clientPreface)]...)
-				off = len(clientPreface)
+				kept, off = len(clientPreface), len(clientPreface)
 			}
 			if len(buf)-off < frameHeaderLen {
 				break
@@ -254,7 +271,7 @@ func (c *conn) sniff() (method string, replay []byte, err error) {
 				}
 				block = append(block, payload...)
 			}
-			replay = append(replay, frame...)
+			kept += copy(buf[kept:], frame)
 			if (fh.typ == frameHeaders || fh.typ == frameContinuation) && fh.has(flagEndHeaders) {
 				dec := hpack.NewDecoder(4096, func(f hpack.HeaderField) {
 					if f.Name == ":path" {
@@ -265,11 +282,11 @@ func (c *conn) sniff() (method string, replay []byte, err error) {
 				if _, err := dec.Write(block); err != nil {
 					return "", nil, connErrorf(codeCompression, "the first header block: %v", err)
 				}
-				return method, append(replay, buf[off:]...), nil
+				return method, append(buf[:kept], buf[off:]...), nil
 			}
 		}
 		if len(buf) >= maxSniffBytes {
-			return "", append(replay, buf[off:]...), errSniffLimit
+			return "", append(buf[:kept], buf[off:]...), errSniffLimit
 		}
 		wait := cfg.KeepaliveTime
 		if pingOut {
@@ -337,22 +354,41 @@ func (h *handedConn) Read(p []byte) (int, error) {
 }
 
 // readFull reads len(p) bytes: what sniffing read first, then the
-// connection.
+// connection, through rbuf: a status or a ping (a frame of a few hundred
+// bytes, its header with it) takes one read.
 func (c *conn) readFull(p []byte) error {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
-		if len(c.pending) == 0 {
-			c.pending = nil
+	for len(p) > 0 {
+		switch {
+		case len(c.pending) > 0:
+			n := copy(p, c.pending)
+			if c.pending = c.pending[n:]; len(c.pending) == 0 {
+				c.pending = nil
+			}
+			p = p[n:]
+		case c.rpos < c.rend:
+			n := copy(p, c.rbuf[c.rpos:c.rend])
+			c.rpos += n
+			p = p[n:]
+		case len(p) >= len(c.rbuf):
+			_, err := io.ReadFull(c.rw, p)
+			return err
+		default:
+			n, err := c.rw.Read(c.rbuf)
+			c.rpos, c.rend = 0, n
+			if n == 0 {
+				if err == nil {
+					err = io.ErrNoProgress
+				}
+				return err
+			}
 		}
-		p = p[n:]
 	}
-	if len(p) == 0 {
-		return nil
-	}
-	_, err := io.ReadFull(c.rw, p)
-	return err
+	return nil
 }
+
+// readBufSize is rbuf's size: the frames of an idle edge (a status, a
+// ping) fit, and 10,000 connections hold 5 MB of it.
+const readBufSize = 512
 
 // framePool holds the buffers frame payloads are read into (all but
 // DATA's, which go where their messages are gathered).
@@ -475,6 +511,10 @@ func (c *conn) onData(fh frameHeader) error {
 
 // credit grants again the n bytes handled: a WINDOW_UPDATE once a
 // quarter of the connection's (or the stream's) window waits for one.
+// (Granting each message's bytes at once would answer every status,
+// which a client's keepalive counts as the server's activity, sparing
+// its pings: measured, the write a status cost more than the ping and
+// its answer every other status.)
 func (c *conn) credit(st *Stream, n uint32) {
 	c.recvUnacked += n
 	var conn, strm uint32
@@ -594,22 +634,23 @@ func (c *conn) onBlock() error {
 	}
 	req, err := parseRequest(fields)
 	st.req = req
-	st.ctx, st.cancel = context.WithCancel(newIncomingContext(c.peer, req.md))
 	if err == nil {
 		if h := c.s.handlers[req.method]; h == nil {
 			if f := c.s.cfg.Unhandled; f != nil {
-				err = f(st)
+				c.s.call(c, func() { err = f(st) })
 			}
 			if err == nil {
 				err = status.Errorf(codes.Unimplemented, "wire: %s is not served on a connection whose first stream was another service's: call it on a connection of its own", req.method)
 			}
 		} else {
 			var rcv Receiver
-			if rcv, err = h.Open(st); err == nil {
+			c.s.call(c, func() { rcv, err = h.Open(st) })
+			if err == nil {
 				st.opened(rcv)
 			}
 		}
 	}
+	st.req.md = nil // Open's alone: the stream lasts, its token need not
 	if err != nil {
 		st.End(err)
 		return nil
@@ -813,12 +854,8 @@ func (c *conn) kick() {
 	go c.flush()
 }
 
-var outPool = sync.Pool{New: func() any { return new([]byte) }}
-
-// outBufMax is the largest write buffer kept for reuse.
-const outBufMax = 64 << 10
-
-// flush writes until nothing is queued; the caller set c.writing.
+// flush writes until nothing is queued; the caller set c.writing. An
+// idle connection keeps no write buffer.
 func (c *conn) flush() {
 	for {
 		c.mu.Lock()
@@ -832,16 +869,10 @@ func (c *conn) flush() {
 			return
 		}
 		buf := c.out
-		bp := outPool.Get().(*[]byte)
-		c.out = (*bp)[:0]
+		c.out = nil
 		c.mu.Unlock()
 		c.rw.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-		_, err := c.rw.Write(buf)
-		if cap(buf) <= outBufMax {
-			*bp = buf[:0]
-			outPool.Put(bp)
-		}
-		if err != nil {
+		if _, err := c.rw.Write(buf); err != nil {
 			c.close(err)
 			return
 		}

@@ -369,6 +369,8 @@ func TestFlowControlViolation(t *testing.T) {
 	s := New(Config{})
 	h := &checkHandler{t: t}
 	s.Handle(testMethod, h)
+	s.startWorkers()
+	defer s.stopWorkers()
 	server, client := net.Pipe()
 	defer client.Close()
 	go io.Copy(io.Discard, client)
@@ -438,6 +440,8 @@ func FuzzConn(f *testing.F) {
 		s.fallback.Close()
 		h := &checkHandler{t: t}
 		s.Handle(testMethod, h)
+		s.startWorkers()
+		defer s.stopWorkers()
 		server, client := net.Pipe()
 		c := newConn(s, server)
 		s.wg.Add(1)

@@ -50,6 +50,13 @@ type Config struct {
 	// that does not read for that long is closed. Default 20 s.
 	WriteTimeout time.Duration
 
+	// Workers is how many goroutines run the handlers' calls (Open,
+	// Message, CloseSend, Unhandled), each for one connection at a time
+	// while that connection waits: a connection's own goroutine then
+	// needs only the stack of its reads, which the garbage collector
+	// shrinks to the least, however deep a handler goes. Default 16.
+	Workers int
+
 	// Unhandled, when set, says how a stream of a method without a
 	// handler ends, on a connection served here: the status of the error
 	// it returns (a nil error is Unimplemented). Default: Unimplemented.
@@ -67,6 +74,7 @@ func (c *Config) ensureDefaults() {
 	def(&c.MaxRecvMsgSize, 4<<20)
 	def(&c.MaxStreams, 100)
 	def(&c.MaxQueued, 4<<20)
+	def(&c.Workers, 16)
 	if c.StreamWindow < defaultWindow {
 		c.StreamWindow = 1 << 20
 	}
@@ -97,12 +105,16 @@ type Server struct {
 	fallback *fallback
 	settings []byte // the server preface: a SETTINGS frame
 
+	work    chan task      // to the workers
+	workers sync.WaitGroup // they end after every connection has
+
 	mu       sync.Mutex
 	lis      net.Listener
 	conns    map[*conn]struct{}
 	shutdown bool
 	wg       sync.WaitGroup // the accept loop, the sweeper and the connections' goroutines
 	quit     chan struct{}
+	stopOnce sync.Once
 	stats    Stats
 }
 
@@ -120,7 +132,8 @@ var ErrServerClosed = errors.New("wire: server closed")
 // New returns a Server with cfg; Handle registers its methods.
 func New(cfg Config) *Server {
 	cfg.ensureDefaults()
-	s := &Server{cfg: cfg, handlers: map[string]Handler{}, conns: map[*conn]struct{}{}, quit: make(chan struct{})}
+	s := &Server{cfg: cfg, handlers: map[string]Handler{}, conns: map[*conn]struct{}{}, quit: make(chan struct{}),
+		work: make(chan task)}
 	s.fallback = &fallback{conns: make(chan net.Conn), done: make(chan struct{})}
 	// The preface is what grpc-go sends with the hub's options, so that a
 	// connection handed to it sees the same settings twice.
@@ -152,6 +165,7 @@ func (s *Server) Serve(lis net.Listener) error {
 	}
 	s.lis = lis
 	s.fallback.setAddr(lis.Addr())
+	s.startWorkers()
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
@@ -243,7 +257,11 @@ func (s *Server) Shutdown(ctx context.Context, st *status.Status) error {
 		c.goAway(st)
 	}
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	go func() {
+		s.wg.Wait()
+		s.stopWorkers()
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil
@@ -256,6 +274,39 @@ func (s *Server) Shutdown(ctx context.Context, st *status.Status) error {
 	s.mu.Unlock()
 	<-done
 	return ctx.Err()
+}
+
+// task is a handler's call for a worker: fn, then a word on done.
+type task struct {
+	fn   func()
+	done chan struct{}
+}
+
+// call runs fn on a worker for c's goroutine, which waits for it.
+func (s *Server) call(c *conn, fn func()) {
+	if c.done == nil {
+		c.done = make(chan struct{}, 1)
+	}
+	s.work <- task{fn, c.done}
+	<-c.done
+}
+
+// startWorkers starts the workers (Serve); stopWorkers stops them once
+// no connection is left to call them (Shutdown).
+func (s *Server) startWorkers() {
+	for range s.cfg.Workers {
+		s.workers.Go(func() {
+			for t := range s.work {
+				t.fn()
+				t.done <- struct{}{}
+			}
+		})
+	}
+}
+
+func (s *Server) stopWorkers() {
+	s.stopOnce.Do(func() { close(s.work) })
+	s.workers.Wait()
 }
 
 var errShutdown = errors.New("wire: server shut down")

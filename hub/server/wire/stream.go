@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -43,12 +43,10 @@ type Receiver interface {
 
 // Stream is one gRPC stream served here.
 type Stream struct {
-	c      *conn
-	id     uint32
-	req    request
-	ctx    context.Context
-	cancel context.CancelFunc
-	rcv    Receiver
+	c   *conn
+	id  uint32
+	req request // its metadata only until Open returns
+	rcv Receiver
 
 	// The connection's goroutine only: the message being gathered.
 	prefix    [msgPrefixLen]byte
@@ -68,10 +66,12 @@ type Stream struct {
 	headersSent  bool
 	ended        bool
 	remoteClosed bool
-	finished     bool  // finish ran
-	finishErr    error // what it was given
-	busy         bool  // Message or CloseSend runs
-	closeDue     bool  // Closed waits for them
+	finished     bool          // finish ran
+	finishErr    error         // what it was given
+	busy         bool          // Message or CloseSend runs
+	closeDue     bool          // Closed waits for them
+	done         chan struct{} // Context's Done, made when asked for
+	afters       []func()      // Context's AfterFunc callbacks
 }
 
 func newStream(c *conn, id uint32) *Stream {
@@ -80,17 +80,16 @@ func newStream(c *conn, id uint32) *Stream {
 	return &Stream{c: c, id: id, recvAvail: int64(c.s.cfg.StreamWindow), sendAvail: c.peerWindow}
 }
 
-func newIncomingContext(p *peer.Peer, md metadata.MD) context.Context {
-	ctx := peer.NewContext(context.Background(), p)
-	if md != nil {
-		ctx = metadata.NewIncomingContext(ctx, md)
-	}
-	return ctx
-}
+// Context is the stream's: it ends when the stream does, and has the
+// peer (with its TLS state) among its values. It is the stream itself,
+// not a context made for it: a stream costs the contexts of an idle edge
+// nothing more (context.AfterFunc on it takes no goroutine: it has an
+// AfterFunc method).
+func (st *Stream) Context() context.Context { return (*streamContext)(st) }
 
-// Context is the stream's: the request's metadata, the peer (with its
-// TLS state), ended when the stream ends.
-func (st *Stream) Context() context.Context { return st.ctx }
+// Header is the request's metadata (lower-case keys, binary ones
+// decoded), while Open runs; nil after.
+func (st *Stream) Header() metadata.MD { return st.req.md }
 
 // Method is the stream's full method name.
 func (st *Stream) Method() string { return st.req.method }
@@ -206,9 +205,7 @@ func (st *Stream) finish(err error) {
 		st.closeDue = true
 	}
 	c.mu.Unlock()
-	if st.cancel != nil {
-		st.cancel()
-	}
+	st.endContext()
 	if rcv != nil && !busy {
 		rcv.Closed(err)
 	}
@@ -225,7 +222,7 @@ func (st *Stream) receive(fn func()) {
 	}
 	st.busy = true
 	c.mu.Unlock()
-	fn()
+	c.s.call(c, fn)
 	c.mu.Lock()
 	st.busy = false
 	due, err := st.closeDue, st.finishErr
@@ -347,3 +344,82 @@ func (st *Stream) deliver() {
 }
 
 func (st *Stream) closeSend() { st.rcv.CloseSend() }
+
+// streamContext is a Stream as its context.Context.
+type streamContext Stream
+
+func (*streamContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// closedChan is the Done of a stream that ended before it was asked for.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (x *streamContext) Done() <-chan struct{} {
+	st := (*Stream)(x)
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	if st.done == nil {
+		if st.finished {
+			return closedChan
+		}
+		st.done = make(chan struct{})
+	}
+	return st.done
+}
+
+func (x *streamContext) Err() error {
+	st := (*Stream)(x)
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	if st.finished {
+		return context.Canceled
+	}
+	return nil
+}
+
+// Value is the connection's values: the peer.
+func (x *streamContext) Value(key any) any { return (*Stream)(x).c.base.Value(key) }
+
+// AfterFunc runs f in a goroutine of its own once the stream ended (at
+// once if it has); stop unregisters it, reporting whether it did so
+// before f was started.
+func (x *streamContext) AfterFunc(f func()) (stop func() bool) {
+	st := (*Stream)(x)
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st.finished {
+		go f()
+		return func() bool { return false }
+	}
+	i := len(st.afters)
+	st.afters = append(st.afters, f)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if st.finished || st.afters[i] == nil {
+			return false
+		}
+		st.afters[i] = nil
+		return true
+	}
+}
+
+func (x *streamContext) String() string { return "wire stream context" }
+
+// endContext closes Done and starts the AfterFunc callbacks; finish
+// calls it once.
+func (st *Stream) endContext() {
+	c := st.c
+	c.mu.Lock()
+	done, afters := st.done, st.afters
+	st.afters = nil
+	c.mu.Unlock()
+	if done != nil {
+		close(done)
+	}
+	for _, f := range afters {
+		if f != nil {
+			go f()
+		}
+	}
+}

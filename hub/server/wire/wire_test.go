@@ -40,6 +40,7 @@ var echoDesc = &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientS
 // streams saw.
 type echo struct {
 	mu     sync.Mutex
+	afters int // context.AfterFunc callbacks run: one for each stream ended
 	opened []*wire.Stream
 	closed map[*wire.Stream]error
 	order  []string // per stream: messages, then "closesend", then "closed"
@@ -58,6 +59,11 @@ func (e *echo) Open(st *wire.Stream) (wire.Receiver, error) {
 		return nil, e.refuse
 	}
 	e.opened = append(e.opened, st)
+	context.AfterFunc(st.Context(), func() {
+		e.mu.Lock()
+		e.afters++
+		e.mu.Unlock()
+	})
 	return &echoStream{e: e, st: st}, nil
 }
 
@@ -513,6 +519,33 @@ func TestShutdown(t *testing.T) {
 	}
 	if n := ts.e.closedCount(); n != 3 {
 		t.Errorf("%d streams closed, want 3", n)
+	}
+	// Their contexts ended: Done closed, Err set, AfterFunc run.
+	ts.e.mu.Lock()
+	opened := ts.e.opened
+	ts.e.mu.Unlock()
+	for _, st := range opened {
+		select {
+		case <-st.Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("a stream's context is not done")
+		}
+		if st.Context().Err() != context.Canceled {
+			t.Errorf("Err %v", st.Context().Err())
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ts.e.mu.Lock()
+		n := ts.e.afters
+		ts.e.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d AfterFunc callbacks ran, want 3", n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
