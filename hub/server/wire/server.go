@@ -180,8 +180,11 @@ func (s *Server) Serve(lis net.Listener) error {
 				return ErrServerClosed
 			default:
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			// Out of file descriptors (10,000 edges past a low ulimit),
+			// an aborted connection: wait and go on, as net/http does;
+			// the hub keeps serving the edges it has.
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				s.cfg.Logger.Warn("wire: accept", "err", err, "retry_in", delay)
 				select {

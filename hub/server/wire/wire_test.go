@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -573,5 +574,50 @@ func TestQueueBound(t *testing.T) {
 	}
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("the slow stream: %v, want ResourceExhausted", err)
+	}
+}
+
+// flakyListener fails its first Accepts as a process out of file
+// descriptors does.
+type flakyListener struct {
+	net.Listener
+	mu    sync.Mutex
+	fails int
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if l.fails > 0 {
+		l.fails--
+		l.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept", syscall.EMFILE)}
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
+}
+
+// TestAcceptOutOfFiles: accept failing for want of file descriptors is
+// waited out, not the end of the server.
+func TestAcceptOutOfFiles(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := wire.New(wire.Config{})
+	e := &echo{}
+	w.Handle(echoMethod, e)
+	served := make(chan error, 1)
+	go func() { served <- w.Serve(&flakyListener{Listener: lis, fails: 3}) }()
+	defer func() {
+		w.Shutdown(context.Background(), nil)
+		if err := <-served; err != wire.ErrServerClosed {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	ctx := testCtx(t)
+	s := chat(t, ctx, dial(t, lis.Addr().String()))
+	s.SendMsg(wrapperspb.Bytes([]byte("after")))
+	if err := s.RecvMsg(new(wrapperspb.BytesValue)); err != nil {
+		t.Fatalf("after three failed accepts: %v", err)
 	}
 }
