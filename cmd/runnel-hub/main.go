@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -159,6 +160,8 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 		return errors.Join(err, closeAll())
 	}
 	lg.Info("runnel-hub: ready", "pipelines", len(ps), "edges_with_tokens", len(c.Auth.EdgeTokens), "client_auth", c.TLS.ClientAuth, "data_dir", c.DataDir, "fleet", fl != nil)
+	stopReload := reloadOnHangup(srv, c, lg)
+	defer stopReload()
 	err = srv.Serve(ctx, c.ShutdownTimeout)
 	lg.Info("runnel-hub: stopping")
 	return errors.Join(err, closeAll())
@@ -172,4 +175,37 @@ func hasEnv(environ []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// reloadOnHangup reloads auth.edge_tokens_file on each SIGHUP: edges
+// added to it connect at once, and those removed or given another token
+// are cut off, without a restart that would drop every edge's
+// connection. A file with problems is refused whole, with each problem
+// logged, and the tokens before it stay. The returned func stops it.
+func reloadOnHangup(srv *server.Server, c *config.Config, lg *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-hup:
+				r, err := srv.ReloadEdgeTokens(c.ReadEdgeTokens)
+				if err != nil {
+					lg.Error("runnel-hub: edge tokens not reloaded; the tokens before stay", "file", c.Auth.EdgeTokensFile, "err", err)
+					continue
+				}
+				lg.Info("runnel-hub: edge tokens reloaded", "file", c.Auth.EdgeTokensFile, "edges", r.Edges,
+					"added", r.Added, "removed", r.Removed, "changed", r.Changed, "streams_ended", r.StreamsEnded)
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(quit)
+		<-done
+	}
 }

@@ -62,7 +62,7 @@ var table = settings.New(settings.Table[Config]{
 			Value: settings.Bool(func(c *Config) *bool { return &c.Insecure })},
 
 		{Path: "auth.edge_tokens_file", Flag: "edge-tokens-file", Env: "RUNNEL_HUB_EDGE_TOKENS_FILE", Example: "/etc/runnel/edge-tokens",
-			Doc:   "File of edge tokens, one 'edge-id token' pair a line ('#' starts a comment). An edge's uplink sends its token as a bearer token and may only send data under its own id. Without it every edge is refused.",
+			Doc:   "File of edge tokens, one 'edge-id token' pair a line ('#' starts a comment). An edge's uplink sends its token as a bearer token and may only send data under its own id. Without it every edge is refused. Read again on SIGHUP (kill -HUP): an edge added comes in at once, the streams of one removed or given another token end (unauthenticated) without a restart that would drop every edge; a file with a problem is refused whole, logged with its line, and the tokens before it stay (runnel_hub_edge_tokens_reloads_total{result}).",
 			Value: settings.Path(func(c *Config) *string { return &c.Auth.EdgeTokensFile }, nil)},
 		{Path: "auth.api_token", Flag: "api-token", Env: "RUNNEL_HUB_API_TOKEN", Secret: true, Example: "\"...\"",
 			Doc:   "The admin API token (named \"api\" in the fleet's audit log). When set, the read API (REST, SSE, Results, Health and Fleet over gRPC) requires it or a token created with it through the Fleet API; empty: the read API is open and the Fleet API's changes are refused. A flag is visible to every user of the host (ps); prefer the variable or auth.api_token_file.",

@@ -98,6 +98,31 @@ func crossChecks(v *settings.Checker[Config], c *Config) (pipelines []string) {
 	return pipelines
 }
 
+// ReadEdgeTokens reads auth.edge_tokens_file again (the hub does on
+// SIGHUP) and returns its pairs, edge id -> token, or every problem with
+// it as Load would report them (file:line), the API token among the
+// edges' included. No file configured: none.
+func (c *Config) ReadEdgeTokens() (map[string]string, error) {
+	if c.Auth.EdgeTokensFile == "" {
+		return map[string]string{}, nil
+	}
+	cc := *c
+	v := table.Validate(&cc)
+	toks := map[string]string{}
+	if data := v.ReadFile("auth.edge_tokens_file", c.Auth.EdgeTokensFile, maxTokensSize); data != nil {
+		toks = edgeTokens(v, c.Auth.EdgeTokensFile, data)
+	}
+	for id, t := range toks {
+		if c.Auth.APIToken != "" && t == c.Auth.APIToken {
+			v.Add("auth.edge_tokens_file", "the API token is also edge %s's token; give readers a token of their own", id)
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	return toks, nil
+}
+
 var edgeIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // edgeTokens parses an edge tokens file: "edge-id token" a line, blank

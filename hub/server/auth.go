@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -105,7 +106,7 @@ const bootstrapName = "api"
 // matched. Tokens created through the Fleet API are the fleet's to check
 // (FleetCore.Authenticate, which also keeps sums).
 type tokens struct {
-	edges      []edgeToken
+	edges      atomic.Pointer[[]edgeToken] // swapped whole by setEdges
 	api        [sha256.Size]byte
 	hasAPI     bool
 	clientAuth ClientAuth // ClientAuthNone: certificates are not looked at
@@ -123,7 +124,20 @@ type edgeToken struct {
 
 func newTokens(edges map[string]string, api string, fleet FleetCore, log *slog.Logger) (*tokens, error) {
 	t := &tokens{fleet: fleet, log: log}
+	if api != "" {
+		t.api, t.hasAPI = sha256.Sum256([]byte(api)), true
+	}
+	if _, err := t.setEdges(edges); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// setEdges checks edges (edge id -> token) and, when they are fine, makes
+// them the edge tokens; it returns the sums of the tokens before.
+func (t *tokens) setEdges(edges map[string]string) (before map[string][sha256.Size]byte, err error) {
 	var problems []string
+	var list []edgeToken
 	seen := map[[sha256.Size]byte]string{}
 	ids := make([]string, 0, len(edges))
 	for id := range edges {
@@ -146,18 +160,31 @@ func newTokens(edges map[string]string, api string, fleet FleetCore, log *slog.L
 			continue
 		}
 		seen[sum] = id
-		t.edges = append(t.edges, edgeToken{id: id, sum: sum})
+		list = append(list, edgeToken{id: id, sum: sum})
 	}
-	if api != "" {
-		t.api, t.hasAPI = sha256.Sum256([]byte(api)), true
-		if _, dup := seen[t.api]; dup {
-			problems = append(problems, "the API token is also an edge's token")
-		}
+	if _, dup := seen[t.api]; dup && t.hasAPI {
+		problems = append(problems, "the API token is also an edge's token")
 	}
 	if len(problems) > 0 {
 		return nil, errors.New(strings.Join(problems, "; "))
 	}
-	return t, nil
+	before = map[string][sha256.Size]byte{}
+	if old := t.edges.Load(); old != nil {
+		for _, e := range *old {
+			before[e.id] = e.sum
+		}
+	}
+	t.edges.Store(&list)
+	return before, nil
+}
+
+// edgeSums returns every edge's token sum.
+func (t *tokens) edgeSums() map[string][sha256.Size]byte {
+	out := map[string][sha256.Size]byte{}
+	for _, e := range *t.edges.Load() {
+		out[e.id] = e.sum
+	}
+	return out
 }
 
 // bearer returns the token of the authorization metadata, "" if none.
@@ -235,14 +262,15 @@ func (t *tokens) certEdge(ctx context.Context) (id string, has bool, err error) 
 func (t *tokens) match(tok string) (edge string, api bool) {
 	sum := sha256.Sum256([]byte(tok))
 	match := -1
-	for i := range t.edges {
-		if subtle.ConstantTimeCompare(sum[:], t.edges[i].sum[:]) == 1 {
+	edges := *t.edges.Load()
+	for i := range edges {
+		if subtle.ConstantTimeCompare(sum[:], edges[i].sum[:]) == 1 {
 			match = i
 		}
 	}
 	api = t.hasAPI && subtle.ConstantTimeCompare(sum[:], t.api[:]) == 1
 	if match >= 0 {
-		return t.edges[match].id, false
+		return edges[match].id, false
 	}
 	return "", api
 }

@@ -46,6 +46,7 @@ func (h controlHandler) Open(st *wire.Stream) (wire.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.s.edgeStreams.add(st, presentedBy(ctx))
 	return newControlStream(h.s, st, edgeOf(ctx)), nil
 }
 
@@ -115,6 +116,7 @@ func (c *controlStream) Message(m []byte) error {
 func (c *controlStream) CloseSend() { c.st.End(nil) }
 
 func (c *controlStream) Closed(err error) {
+	c.s.edgeStreams.remove(c.st)
 	if c.gauge.Swap(2) == 1 {
 		c.s.metrics.control.Dec()
 	}

@@ -20,8 +20,9 @@ type metrics struct {
 	refused prometheus.Counter // batches or hellos under another edge's id
 	control prometheus.Gauge   // control streams open
 
-	authRefused *prometheus.CounterVec // edge-service calls the interceptor refused, by reason
-	handshakes  prometheus.Counter     // failed TLS handshakes of the gRPC listener
+	authRefused  *prometheus.CounterVec // edge-service calls the interceptor refused, by reason
+	handshakes   prometheus.Counter     // failed TLS handshakes of the gRPC listener
+	tokenReloads *prometheus.CounterVec // reloads of the edge tokens, by result
 }
 
 // newMetrics registers the server's metrics, the core's (read from
@@ -39,9 +40,11 @@ func newMetrics(core Core, fleet FleetCore, edges EdgeMetrics, report func() hea
 			Help: "Uplink and control streams refused before their first message, by reason: no_credentials, token (unknown, or an API token), certificate_required (tls.client_auth: require), certificate_not_an_edge (a verified certificate whose CN is no edge id), certificate_token_mismatch (a certificate and a token of two edges)."}, []string{"reason"}),
 		handshakes: prometheus.NewCounter(prometheus.CounterOpts{Name: "runnel_hub_tls_handshake_failures_total",
 			Help: "TLS handshakes of the gRPC listener that failed: a client certificate not signed by tls.client_ca_file, expired or not for client authentication (logged as warnings), or a client that did not speak TLS or hung up."}),
+		tokenReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runnel_hub_edge_tokens_reloads_total",
+			Help: "Reloads of auth.edge_tokens_file (SIGHUP), by result: ok, or failed (the file unreadable or refused; the tokens before it stay)."}, []string{"result"}),
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.streams, m.sse, m.refused, m.authRefused, m.handshakes, coreCollector{core},
+		m.streams, m.sse, m.refused, m.authRefused, m.handshakes, m.tokenReloads, coreCollector{core},
 		health.Collector("runnel_hub_health", "The hub's health per check (commit, refusals, parked, clock, epochs; node: the worst): 0 ok, 1 degraded, 2 failing.", nil, report))
 	if fleet != nil {
 		m.reg.MustRegister(m.control, fleetCollector{fleet: fleet, mode: edges, log: log})

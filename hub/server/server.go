@@ -171,6 +171,8 @@ type Server struct {
 	errc     chan error     // a listener that failed while serving
 	wg       sync.WaitGroup // serving loops and the acker
 	senders  sync.WaitGroup // control streams' outbox senders
+
+	edgeStreams edgeStreams // open edge streams, for a reload of the tokens
 }
 
 // New checks cfg and builds a Server for core. It opens nothing; Start
@@ -236,6 +238,9 @@ func New(core Core, cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(core, cfg.Fleet, cfg.FleetEdgeMetrics, s.report, s.log)
 	s.tokens.refused = func(reason string) { s.metrics.authRefused.WithLabelValues(reason).Inc() }
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "runnel_hub_edge_tokens",
+		Help: "Edges with a token (auth.edge_tokens_file, as last loaded)."},
+		func() float64 { return float64(len(*s.tokens.edges.Load())) }))
 	if cfg.Archive != nil {
 		s.metrics.reg.MustRegister(cfg.Archive.Collector())
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"sync"
@@ -89,13 +90,6 @@ type edgeStream interface {
 	End(err error)
 }
 
-// openContext is the context a wire stream is authorized in: its own,
-// with the request's metadata (the token), which the stream keeps no
-// longer than its Open.
-func openContext(st *wire.Stream) context.Context {
-	return metadata.NewIncomingContext(st.Context(), st.Header())
-}
-
 // uplinkHandler serves Uplink.Sync on the wire server: one stream per
 // connected edge, Hello → Resume, then Batches in and Acks out. The
 // stream has no goroutine of its own: its messages are handled on its
@@ -108,7 +102,25 @@ func (h uplinkHandler) Open(st *wire.Stream) (wire.Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &uplinkStream{s: h.s, st: st, edge: edgeOf(ctx)}, nil
+	u := &uplinkStream{s: h.s, st: st, edge: edgeOf(ctx)}
+	h.s.edgeStreams.add(st, presentedBy(ctx))
+	return u, nil
+}
+
+// openContext is the context a wire stream is authorized in: its own,
+// with the request's metadata (the token), which the stream keeps no
+// longer than its Open.
+func openContext(st *wire.Stream) context.Context {
+	return metadata.NewIncomingContext(st.Context(), st.Header())
+}
+
+// presentedBy is what the authorized edge stream of ctx presented.
+func presentedBy(ctx context.Context) presented {
+	p := presented{edge: edgeOf(ctx)}
+	if tok := bearer(ctx); tok != "" {
+		p.token, p.sum = true, sha256.Sum256([]byte(tok))
+	}
+	return p
 }
 
 // uplinkStream is one edge's Sync stream.
@@ -179,6 +191,7 @@ func (u *uplinkStream) Message(m []byte) error {
 func (u *uplinkStream) CloseSend() { u.s.acks.closeSend(u) }
 
 func (u *uplinkStream) Closed(err error) {
+	u.s.edgeStreams.remove(u.st)
 	u.s.acks.closed(u)
 	if st, ok := status.FromError(err); ok && err != nil && st.Code() != codes.Canceled {
 		u.s.log.Debug("hub: edge stream ended", "edge", u.edge, "code", st.Code(), "err", st.Message())
