@@ -78,7 +78,9 @@ func TestReloadEdgeTokens(t *testing.T) {
 
 	// Refused: two edges with one token, and a read that fails.
 	for _, read := range []func() (map[string]string, error){
-		func() (map[string]string, error) { return map[string]string{"a": "same-token-zzzzzz", "b": "same-token-zzzzzz"}, nil },
+		func() (map[string]string, error) {
+			return map[string]string{"a": "same-token-zzzzzz", "b": "same-token-zzzzzz"}, nil
+		},
 		func() (map[string]string, error) { return nil, errors.New("tokens: line 3: nonsense") },
 	} {
 		if _, err := e.srv.ReloadEdgeTokens(read); err == nil {
