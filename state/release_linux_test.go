@@ -37,9 +37,11 @@ func mappedKiB(t *testing.T, path string) int {
 	return total
 }
 
-func TestReleasePages(t *testing.T) {
+// fillOutbox writes 4,000 entries of value (12 MB of 3,000-byte values)
+// to the outbox of a new store, and returns it and its file.
+func fillOutbox(t *testing.T, value []byte) (*state.Store, string) {
+	t.Helper()
 	s, path := tempStore(t, testOpts(4))
-	value := bytes.Repeat([]byte("x"), 3000)
 	for batch := range 8 {
 		err := s.Update(func(tx *state.Tx) error {
 			b, err := tx.Bucket("outbox")
@@ -57,6 +59,12 @@ func TestReleasePages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return s, path
+}
+
+func TestReleasePages(t *testing.T) {
+	value := bytes.Repeat([]byte("x"), 3000)
+	s, path := fillOutbox(t, value)
 	readAll := func() {
 		n := 0
 		err := s.View(func(tx *state.Tx) error {
@@ -95,25 +103,8 @@ func TestReleasePages(t *testing.T) {
 // process has mapped stay near the budget all along, where the same read
 // without it maps most of the file (TestReleasePages).
 func TestReleaseOver(t *testing.T) {
-	s, path := tempStore(t, testOpts(4))
 	value := bytes.Repeat([]byte("y"), 3000)
-	for batch := range 8 {
-		err := s.Update(func(tx *state.Tx) error {
-			b, err := tx.Bucket("outbox")
-			if err != nil {
-				return err
-			}
-			for i := range 500 {
-				if err := b.Put(fmt.Appendf(nil, "%02d-%04d", batch, i), value); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, path := fillOutbox(t, value)
 	if err := s.ReleasePages(); err != nil {
 		t.Fatal(err)
 	}

@@ -829,21 +829,16 @@ func (c *conn) pumpAll() {
 
 // flushHere writes what is queued on the calling goroutine, unless a
 // writer runs already. The connection's own goroutine may block in it.
-func (c *conn) flushHere() {
-	c.mu.Lock()
-	if c.writing || c.closed || len(c.out) == 0 {
-		c.mu.Unlock()
-		return
-	}
-	c.writing = true
-	c.mu.Unlock()
-	c.flush()
-}
+func (c *conn) flushHere() { c.write(false) }
 
 // kick starts a writer goroutine for what is queued, unless one runs: a
 // goroutine that must not block on the socket (another connection's, the
 // server's) queues and kicks.
-func (c *conn) kick() {
+func (c *conn) kick() { c.write(true) }
+
+// write becomes the writer of what is queued, unless a writer runs: on a
+// goroutine of its own with async, else on the caller's.
+func (c *conn) write(async bool) {
 	c.mu.Lock()
 	if c.writing || c.closed || len(c.out) == 0 {
 		c.mu.Unlock()
@@ -851,7 +846,11 @@ func (c *conn) kick() {
 	}
 	c.writing = true
 	c.mu.Unlock()
-	go c.flush()
+	if async {
+		go c.flush()
+	} else {
+		c.flush()
+	}
 }
 
 // flush writes until nothing is queued; the caller set c.writing. An

@@ -156,38 +156,32 @@ func (st *Stream) End(err error) {
 
 // fail ends the stream for an error of its own (RFC 9113 section 5.4.2):
 // RST_STREAM with code, and the receiver's Closed with err.
-func (st *Stream) fail(code uint32, err error) {
-	c := st.c
-	c.mu.Lock()
-	if st.ended {
-		c.mu.Unlock()
-		return
-	}
-	st.ended = true
-	st.sendq, st.trailers = nil, nil
-	delete(c.streams, st.id)
-	c.out = appendRSTStream(c.out, st.id, code)
-	c.mu.Unlock()
-	c.kick()
-	st.failed = true
-	st.finish(err)
-}
+func (st *Stream) fail(code uint32, err error) { st.abort(true, code, err) }
 
 // reset ends the stream the client reset.
-func (st *Stream) reset(err error) {
+func (st *Stream) reset(err error) { st.abort(false, 0, err) }
+
+// abort ends the stream at once, what it queued dropped, with an
+// RST_STREAM of code when rst; the receiver hears err, unless the stream
+// had ended already.
+func (st *Stream) abort(rst bool, code uint32, err error) {
 	c := st.c
 	c.mu.Lock()
-	if st.ended {
-		delete(c.streams, st.id)
-		c.mu.Unlock()
-		return
-	}
-	st.ended = true
-	st.sendq, st.trailers = nil, nil
 	delete(c.streams, st.id)
+	st.sendq, st.trailers = nil, nil
+	if rst {
+		c.out = appendRSTStream(c.out, st.id, code)
+	}
+	ended := st.ended
+	st.ended = true
 	c.mu.Unlock()
+	if rst {
+		c.kick()
+	}
 	st.failed = true
-	st.finish(err)
+	if !ended {
+		st.finish(err)
+	}
 }
 
 // finish runs once the stream ended: its context ends and its receiver
