@@ -351,6 +351,10 @@ func versionProto(name string, v *version) *runnelv1.Deployment {
 	}
 	steps := len(v.rec.Ends)
 	step := min(v.ro.Step, max(steps-1, 0))
+	msg := v.ro.Message
+	if v.ro.Phase == PhaseProgressing && v.progress != "" {
+		msg = v.progress
+	}
 	out := &runnelv1.Deployment{
 		Spec:      sp,
 		Version:   v.rec.Num,
@@ -361,7 +365,7 @@ func versionProto(name string, v *version) *runnelv1.Deployment {
 			Step:           uint32(step),
 			Steps:          uint32(steps),
 			Targeted:       uint32(len(v.rec.Targets)),
-			Message:        v.ro.Message,
+			Message:        msg,
 			StepStartedMs:  v.ro.StepStartedMs,
 			HealthySinceMs: v.ro.HealthySinceMs,
 			RolledBack:     v.ro.RolledBack,

@@ -136,6 +136,9 @@ type version struct {
 	ro     rolloutRecord
 	sel    selector.Selector
 	stepOf map[string]int // target edge -> its step
+	// progress says what a progressing rollout's step waits for, as of
+	// the last evaluation (not stored: the next evaluation says it again).
+	progress string
 }
 
 // Open opens (or creates) dir/fleet.db and loads it. A store written by

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	runnelv1 "github.com/runnel-io/runnel/proto/runnelv1"
 )
@@ -375,7 +376,8 @@ func (f *Fleet) evaluate(c *changes, d *deployment, v *version, now int64) {
 			return
 		}
 		var failed, failedIDs, waiting, waitingIDs []string
-		for _, id := range v.stepEdges(v.ro.Step) {
+		stepEdges := v.stepEdges(v.ro.Step)
+		for _, id := range stepEdges {
 			e := f.edges[id]
 			if e == nil {
 				continue
@@ -398,6 +400,7 @@ func (f *Fleet) evaluate(c *changes, d *deployment, v *version, now int64) {
 			return
 		}
 		if len(waiting) > 0 {
+			v.progress = fmt.Sprintf("step %d of %d waits for %d of its %d edges: %s", v.ro.Step+1, steps, len(waiting), len(stepEdges), reasons(waiting))
 			if v.ro.HealthySinceMs != 0 {
 				v.ro.HealthySinceMs = 0
 				c.rollouts[v] = struct{}{}
@@ -411,7 +414,8 @@ func (f *Fleet) evaluate(c *changes, d *deployment, v *version, now int64) {
 			v.ro.HealthySinceMs = now
 			c.rollouts[v] = struct{}{}
 		}
-		if now-v.ro.HealthySinceMs < v.rec.Strategy.SoakMs {
+		if left := v.rec.Strategy.SoakMs - (now - v.ro.HealthySinceMs); left > 0 {
+			v.progress = fmt.Sprintf("step %d of %d healthy (%d edges); soaking %s more", v.ro.Step+1, steps, len(stepEdges), time.Duration(left)*time.Millisecond)
 			return
 		}
 		v.ro.Step++

@@ -193,6 +193,13 @@ func TestRolloutStaged(t *testing.T) {
 				t.Fatalf("v2: %v, want %d steps", d.Rollout, len(ends))
 			}
 			for k := range ends {
+				// The step's edges have their sets, and have not said
+				// yet: the rollout says what it waits for.
+				h.evaluate()
+				want := fmt.Sprintf("step %d of %d waits for", k+1, len(ends))
+				if m := h.deployment("prod").Rollout.Message; !strings.HasPrefix(m, want) || !strings.Contains(m, "edge ") {
+					t.Fatalf("step %d: message %q, want %q and the edges", k, m, want)
+				}
 				w.settle()
 				// Exactly the targets of steps 0..k run revision 2.
 				for i, e := range targets {
@@ -214,6 +221,8 @@ func TestRolloutStaged(t *testing.T) {
 					h.evaluate()
 					if d := h.deployment("prod"); d.Rollout.Step != uint32(k) || d.Rollout.Phase != fleet.PhaseProgressing {
 						t.Fatalf("step %d advanced before its soak: %v", k, d.Rollout)
+					} else if want := fmt.Sprintf("step %d of %d healthy", k+1, len(ends)); !strings.HasPrefix(d.Rollout.Message, want) || !strings.Contains(d.Rollout.Message, "soaking 1ms more") {
+						t.Fatalf("step %d soaking: message %q", k, d.Rollout.Message)
 					}
 					h.clock.Advance(time.Millisecond)
 					h.evaluate()
