@@ -352,6 +352,14 @@ func (f *Fleet) Evaluate() error {
 	return f.commit(c)
 }
 
+// edgesN is "1 edge", "2 edges".
+func edgesN(n int) string {
+	if n == 1 {
+		return "1 edge"
+	}
+	return fmt.Sprintf("%d edges", n)
+}
+
 // progressing reports whether a deployment's current rollout is
 // progressing (a step waits for its edges' health). Caller holds f.mu.
 func (f *Fleet) progressing() bool {
@@ -400,7 +408,7 @@ func (f *Fleet) evaluate(c *changes, d *deployment, v *version, now int64) {
 			return
 		}
 		if len(waiting) > 0 {
-			v.progress = fmt.Sprintf("step %d of %d waits for %d of its %d edges: %s", v.ro.Step+1, steps, len(waiting), len(stepEdges), reasons(waiting))
+			v.progress = fmt.Sprintf("step %d of %d waits for %d of its %s: %s", v.ro.Step+1, steps, len(waiting), edgesN(len(stepEdges)), reasons(waiting))
 			if v.ro.HealthySinceMs != 0 {
 				v.ro.HealthySinceMs = 0
 				c.rollouts[v] = struct{}{}
@@ -415,7 +423,8 @@ func (f *Fleet) evaluate(c *changes, d *deployment, v *version, now int64) {
 			c.rollouts[v] = struct{}{}
 		}
 		if left := v.rec.Strategy.SoakMs - (now - v.ro.HealthySinceMs); left > 0 {
-			v.progress = fmt.Sprintf("step %d of %d healthy (%d edges); soaking %s more", v.ro.Step+1, steps, len(stepEdges), time.Duration(left)*time.Millisecond)
+			v.progress = fmt.Sprintf("step %d of %d healthy (%s); soaking %s more", v.ro.Step+1, steps, edgesN(len(stepEdges)),
+				time.Duration((left+99)/100*100)*time.Millisecond) // rounded up to 0.1 s
 			return
 		}
 		v.ro.Step++

@@ -221,7 +221,7 @@ func TestRolloutStaged(t *testing.T) {
 					h.evaluate()
 					if d := h.deployment("prod"); d.Rollout.Step != uint32(k) || d.Rollout.Phase != fleet.PhaseProgressing {
 						t.Fatalf("step %d advanced before its soak: %v", k, d.Rollout)
-					} else if want := fmt.Sprintf("step %d of %d healthy", k+1, len(ends)); !strings.HasPrefix(d.Rollout.Message, want) || !strings.Contains(d.Rollout.Message, "soaking 1ms more") {
+					} else if want := fmt.Sprintf("step %d of %d healthy", k+1, len(ends)); !strings.HasPrefix(d.Rollout.Message, want) || !strings.Contains(d.Rollout.Message, "soaking 100ms more") {
 						t.Fatalf("step %d soaking: message %q", k, d.Rollout.Message)
 					}
 					h.clock.Advance(time.Millisecond)
