@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"sync"
@@ -620,4 +621,98 @@ func TestAcceptOutOfFiles(t *testing.T) {
 	if err := s.RecvMsg(new(wrapperspb.BytesValue)); err != nil {
 		t.Fatalf("after three failed accepts: %v", err)
 	}
+}
+
+// TestConcurrentStreams: streams on several connections at once, each
+// sending messages of random sizes and ending by the client's close, its
+// cancel, the handler's end, or an end from another goroutine (as the
+// hub's acker ends a drained stream), while a sender goroutine answers on
+// streams it picked: under -race, every echo comes back whole or the
+// stream ends with a status, and every receiver is closed once (the echo
+// handler panics on a second Closed).
+func TestConcurrentStreams(t *testing.T) {
+	ts := startServer(t, wire.Config{MaxRecvMsgSize: 1 << 20})
+	ctx := testCtx(t)
+	stop := make(chan struct{})
+	var outside sync.WaitGroup
+	outside.Go(func() { // ends and answers streams from outside their connection
+		rng := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			ts.e.mu.Lock()
+			var st *wire.Stream
+			if n := len(ts.e.opened); n > 0 {
+				st = ts.e.opened[rng.IntN(n)]
+			}
+			ts.e.mu.Unlock()
+			switch {
+			case st == nil:
+			case rng.IntN(10) == 0:
+				st.End(status.Error(codes.Aborted, "ended from outside"))
+			default:
+				st.Send(wrapperspb.Bytes([]byte("unasked")))
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for c := range 6 {
+		conn := dial(t, ts.addr)
+		for s := range 8 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(c), uint64(s)))
+				sctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				st, err := conn.NewStream(sctx, echoDesc, echoMethod)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				how := rng.IntN(10)
+				for i := range 1 + rng.IntN(15) {
+					if how < 2 && i == 3 {
+						cancel()
+						return
+					}
+					if how == 2 && i == 3 {
+						st.SendMsg(cmd("end:10"))
+						break
+					}
+					want := payload(i, rng.IntN(40_000))
+					if err := st.SendMsg(wrapperspb.Bytes(want)); err != nil {
+						break // ended: the status comes with the next RecvMsg
+					}
+					for {
+						var got wrapperspb.BytesValue
+						if err := st.RecvMsg(&got); err != nil {
+							if status.Code(err) == codes.Unknown {
+								t.Errorf("a stream ended with %v", err)
+							}
+							return
+						}
+						if string(got.Value) == "unasked" {
+							continue
+						}
+						if !bytes.Equal(got.Value, want) {
+							t.Errorf("stream %d/%d: an echo of %d bytes came back as %d different ones", c, s, len(want), len(got.Value))
+							return
+						}
+						break
+					}
+				}
+				st.CloseSend()
+				for {
+					if err := st.RecvMsg(new(wrapperspb.BytesValue)); err != nil {
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(stop)
+	outside.Wait()
 }
