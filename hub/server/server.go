@@ -240,7 +240,7 @@ func New(core Core, cfg Config) (*Server, error) {
 	s.tokens.refused = func(reason string) { s.metrics.authRefused.WithLabelValues(reason).Inc() }
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "runnel_hub_edge_tokens",
 		Help: "Edges with a token (auth.edge_tokens_file, as last loaded)."},
-		func() float64 { return float64(len(*s.tokens.edges.Load())) }))
+		func() float64 { return float64(len(s.tokens.edges.Load().list)) }))
 	if cfg.Archive != nil {
 		s.metrics.reg.MustRegister(cfg.Archive.Collector())
 	}

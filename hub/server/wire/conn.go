@@ -45,6 +45,8 @@ type conn struct {
 	recvUnacked uint32 // received and handled, not yet granted again
 	clientPing  time.Time
 	strikes     int
+	opens       float64   // streams the client may open now (StreamBurst, StreamRate)
+	opensAt     time.Time // when opens was last filled
 
 	lastStream atomic.Uint32 // the highest stream id the client opened
 	lastRead   atomic.Int64  // UnixNano of the last frame read
@@ -619,6 +621,9 @@ func (c *conn) onBlock() error {
 		return nil
 	}
 	c.lastStream.Store(id)
+	if !c.mayOpen(time.Now()) {
+		return connError{code: codeEnhanceYourCalm, why: "too_many_streams"}
+	}
 	st := newStream(c, id)
 	c.mu.Lock()
 	refused := c.goingAway || len(c.streams) >= c.s.cfg.MaxStreams || c.closed
@@ -659,6 +664,23 @@ func (c *conn) onBlock() error {
 		st.remoteClose()
 	}
 	return nil
+}
+
+// mayOpen takes one stream from the connection's budget, refilled at
+// StreamRate up to StreamBurst; false when it is empty.
+func (c *conn) mayOpen(now time.Time) bool {
+	cfg := &c.s.cfg
+	if c.opensAt.IsZero() {
+		c.opens = float64(cfg.StreamBurst)
+	} else {
+		c.opens = min(float64(cfg.StreamBurst), c.opens+now.Sub(c.opensAt).Seconds()*cfg.StreamRate)
+	}
+	c.opensAt = now
+	if c.opens < 1 {
+		return false
+	}
+	c.opens--
+	return true
 }
 
 func (c *conn) onSettings(fh frameHeader, p []byte) error {

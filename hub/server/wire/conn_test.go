@@ -298,6 +298,28 @@ func TestTooManyPings(t *testing.T) {
 	}
 }
 
+// TestStreamChurn: a client that opens streams and resets them as fast
+// as it can ("rapid reset") is told GOAWAY (ENHANCE_YOUR_CALM,
+// "too_many_streams") past the burst, and closed.
+func TestStreamChurn(t *testing.T) {
+	_, addr := startRaw(t, Config{StreamBurst: 10, StreamRate: 1})
+	r := dialRaw(t, addr)
+	r.open(1)
+	var b []byte
+	for id := uint32(3); id < 3+2*40; id += 2 {
+		b = append(b, requestHeaders(id)...)
+		b = appendRSTStream(b, id, codeCancel)
+	}
+	r.write(b)
+	g := r.waitFor(frameGoAway)
+	if code := binary.BigEndian.Uint32(g.p[4:]); code != codeEnhanceYourCalm || string(g.p[8:]) != "too_many_streams" {
+		t.Errorf("GOAWAY %d %q", code, g.p[8:])
+	}
+	if !r.closedWithin(2 * time.Second) {
+		t.Error("still connected")
+	}
+}
+
 // TestProtocolErrors: each breach of the protocol ends the connection
 // with GOAWAY and its code.
 func TestProtocolErrors(t *testing.T) {

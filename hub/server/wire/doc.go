@@ -55,6 +55,11 @@
 //     hub's options, so a client of a connection handed off applies the
 //     same settings twice. A fallback server with other options should
 //     get a Config whose windows match.
+//   - A client that opens streams faster than StreamRate past a burst of
+//     StreamBurst (8 a second past 32; an edge opens two for a
+//     connection's life) is told GOAWAY and closed: opening and resetting
+//     streams without end would otherwise have the server authenticate
+//     each ("rapid reset").
 //   - Keepalive: a connection silent for KeepaliveTime is pinged and
 //     closed if it stays silent for KeepaliveTimeout; clients that ping
 //     more often than MinPingInterval get GOAWAY after two strikes, as

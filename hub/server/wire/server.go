@@ -31,6 +31,15 @@ type Config struct {
 	StreamWindow, ConnWindow uint32
 	// MaxStreams bounds the streams open on one connection; default 100.
 	MaxStreams int
+	// StreamRate and StreamBurst bound how fast a client opens streams on
+	// one connection (a token bucket: StreamBurst at once, StreamRate a
+	// second after): the edges' clients open two for the connection's
+	// life, and opening and resetting streams without end ("rapid reset")
+	// would have the server authenticate each. Beyond, GOAWAY
+	// (ENHANCE_YOUR_CALM, "too_many_streams") and the connection closes.
+	// Defaults 8 and 32.
+	StreamRate  float64
+	StreamBurst int
 	// MaxQueued bounds the response bytes a stream holds that the client
 	// has not taken (its flow control, a full socket): beyond it the
 	// stream ends with ResourceExhausted. Default 4 MiB.
@@ -75,6 +84,10 @@ func (c *Config) ensureDefaults() {
 	def(&c.MaxStreams, 100)
 	def(&c.MaxQueued, 4<<20)
 	def(&c.Workers, 16)
+	def(&c.StreamBurst, 32)
+	if c.StreamRate <= 0 {
+		c.StreamRate = 8
+	}
 	if c.StreamWindow < defaultWindow {
 		c.StreamWindow = 1 << 20
 	}
