@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -68,6 +69,24 @@ func TestAccessRules(t *testing.T) {
 	for _, bad := range []string{"", "root", "Admin", "role(0)"} {
 		if _, ok := parseRole(bad); ok {
 			t.Errorf("parseRole(%q) accepted", bad)
+		}
+	}
+}
+
+// BenchmarkTokenMatch: a stream's token looked up among 10,000 edges'.
+func BenchmarkTokenMatch(b *testing.B) {
+	edges := map[string]string{}
+	for i := range 10_000 {
+		edges[fmt.Sprintf("gw-%05d", i)] = fmt.Sprintf("token-of-gw-%05d-0123456789", i)
+	}
+	t, err := newTokens(edges, "the-api-token-0123456789", nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if id, _ := t.match("token-of-gw-04242-0123456789"); id != "gw-04242" {
+			b.Fatal(id)
 		}
 	}
 }
