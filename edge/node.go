@@ -852,7 +852,15 @@ func (n *node) waitWhile(h holdReason) bool {
 	}
 	t := time.NewTicker(poll)
 	defer t.Stop()
-	for n.hold() == h {
+	for {
+		if h == holdDisk {
+			// The log's spare segment file is the first thing the disk
+			// gives back; a checkpoint's deletion may have made another.
+			n.dropSpares()
+		}
+		if n.hold() != h {
+			break
+		}
 		select {
 		case <-n.closing:
 			return false
@@ -860,6 +868,15 @@ func (n *node) waitWhile(h holdReason) bool {
 		}
 	}
 	return true
+}
+
+// dropSpares removes the ingest log's spare segment files.
+func (n *node) dropSpares() {
+	if freed, err := n.log.DropSpares(); err != nil {
+		n.lg.Warn("edge: remove the ingest log's spare segment", "err", err)
+	} else if freed > 0 {
+		n.lg.Info("edge: the ingest log's spare segment removed to stay under the disk cap", "bytes", freed)
+	}
 }
 
 // dropAtCap counts messages dropped at the disk cap (policy drop_raw)

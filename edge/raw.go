@@ -190,7 +190,8 @@ func (n *node) rawStep(ctx context.Context) {
 			}
 			path = filepath.Join(dir, s.Name)
 		}
-		m, err := l.cfg.Archive.Upload(ctx, rawarchive.Segment{Name: s.Name, Path: path, First: uint64(s.First), End: uint64(s.End), SealedAt: fi.ModTime()})
+		m, err := l.cfg.Archive.Upload(ctx, rawarchive.Segment{Name: s.Name, Path: path, First: uint64(s.First), End: uint64(s.End), SealedAt: fi.ModTime(),
+			Check: func(raw []byte) error { return checkSegment(ctx, s.Name, raw) }})
 		if dir != "" {
 			os.RemoveAll(dir)
 		}
@@ -247,6 +248,11 @@ func (n *node) rawDeleteBound(pos ingestlog.Position) ingestlog.Position {
 	// take the state file's pages too, as fast as the log fills.
 	room := func() bool {
 		return held <= l.cfg.MaxBytes && (n.cfg.DiskCap <= 0 || used+2*seg < n.cfg.DiskCap)
+	}
+	if !room() && n.cfg.DiskCap > 0 {
+		// The log's spare segment goes before any data does.
+		n.dropSpares()
+		used = n.diskUsed()
 	}
 	var gaveUp, gaveUpBytes uint64
 	for _, s := range segs {
@@ -330,4 +336,12 @@ func (n *node) selectTopics(ctx context.Context, s ingestlog.Segment) (string, e
 		return "", fmt.Errorf("edge: raw archive: select topics of %s: %w", s.Name, err)
 	}
 	return dir, nil
+}
+
+// checkSegment verifies a sealed segment's bytes, read whole, before they
+// are archived.
+func checkSegment(ctx context.Context, name string, raw []byte) error {
+	_, err := ingestlog.ReadSegment(ctx, bytes.NewReader(raw), int64(len(raw)), name,
+		func(ingestlog.Position, []byte) error { return nil })
+	return err
 }

@@ -277,8 +277,9 @@ func nodeConfig(ctx context.Context, c *config.Config, ps []*operators.Pipeline,
 		CheckpointInterval: c.Checkpoint.Interval,
 		IngestLog: ingestlog.Options{
 			SegmentSize: c.IngestLog.SegmentSize, GroupDelay: c.IngestLog.SyncDelay,
-			Sync:        map[config.SyncMode]ingestlog.SyncPolicy{config.SyncGroup: ingestlog.SyncGroup, config.SyncAlways: ingestlog.SyncAlways, config.SyncNever: ingestlog.SyncNever}[c.IngestLog.Sync],
-			Compression: map[config.Compression]ingestlog.Compression{config.CompressionNone: ingestlog.CompressionNone, config.CompressionZstd: ingestlog.CompressionZstd}[c.IngestLog.Compression],
+			SpareSegments: spareSegments(c.IngestLog.SpareSegments),
+			Sync:          map[config.SyncMode]ingestlog.SyncPolicy{config.SyncGroup: ingestlog.SyncGroup, config.SyncAlways: ingestlog.SyncAlways, config.SyncNever: ingestlog.SyncNever}[c.IngestLog.Sync],
+			Compression:   map[config.Compression]ingestlog.Compression{config.CompressionNone: ingestlog.CompressionNone, config.CompressionZstd: ingestlog.CompressionZstd}[c.IngestLog.Compression],
 		},
 		Runtime:     operators.Options{DedupWindow: c.Dedup.IDs, MaxResident: c.ResidentKeys(len(ps))},
 		DiskCap:     c.DiskCap.Bytes,
@@ -419,4 +420,13 @@ func outbox(ctx context.Context, args []string) error {
 		_, err = w.Write(buf)
 		return err
 	})
+}
+
+// spareSegments maps the setting (0: none) to ingestlog.Options (0: the
+// default, negative: none).
+func spareSegments(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -105,11 +105,12 @@ type Checkpoint struct {
 // IngestLog configures the log every MQTT message is appended to before it
 // is acknowledged.
 type IngestLog struct {
-	SegmentSize int64    // bytes; the log starts a new file past this size
-	Sync        SyncMode // when to fsync
-	SyncDelay   time.Duration
-	Compression Compression
-	MaxLag      int // records appended but not processed; 0: no bound
+	SegmentSize   int64    // bytes; the log starts a new file past this size
+	SpareSegments int      // freed segment files kept to be written over
+	Sync          SyncMode // when to fsync
+	SyncDelay     time.Duration
+	Compression   Compression
+	MaxLag        int // records appended but not processed; 0: no bound
 }
 
 // DiskCap bounds the disk the ingest log, the outbox and the side outputs

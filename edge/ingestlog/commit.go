@@ -1,8 +1,10 @@
 package ingestlog
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -104,7 +106,7 @@ func (l *Log) sealActive() error {
 			return err
 		}
 	}
-	if l.written <= segHeaderSize {
+	if l.written <= l.segsLast().hdr {
 		return nil
 	}
 	l.mu.Lock()
@@ -137,6 +139,16 @@ func (l *Log) finish() {
 	l.commitMu.Lock()
 	defer l.commitMu.Unlock()
 	var errs []error
+	l.mu.Lock()
+	failed := l.err != nil
+	l.mu.Unlock()
+	if l.active != nil && !failed {
+		// A spare's earlier bytes go, so that the next Open finds the
+		// log ending at its last frame rather than a tail to cut.
+		if err := l.cutStale(l.segsLast()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if l.active != nil {
 		if err := l.active.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("ingestlog: close %s: %w", l.segsLast().name, err))
@@ -238,17 +250,19 @@ func (l *Log) encodeFrame(block []byte, first Position, n int) []byte {
 func (l *Log) writeFrame(frame []byte, first Position, raw int) (*segment, int64, error) {
 	defer func() { l.buffered.Add(-int64(raw)) }() // on a failure before the write: lost with the log
 	seg := l.segsLast()
-	if l.written > segHeaderSize && l.written+int64(len(frame)) > l.opts.SegmentSize {
+	if l.written > seg.hdr && l.written+int64(len(frame)) > l.opts.SegmentSize {
 		var err error
 		if seg, err = l.roll(first); err != nil {
 			return nil, 0, err
 		}
 	}
+	sealFrameHeader(frame, seg.seed)
 	off := l.written
 	n, err := l.active.WriteAt(frame, off)
 	l.written += int64(n)
 	l.size.Add(int64(n))
 	l.buffered.Add(-int64(raw))
+	l.setStale(l.activeFile - l.written)
 	raw = 0
 	if err != nil {
 		return nil, 0, errFailed("write", seg.name, err)
@@ -261,64 +275,152 @@ func (l *Log) writeFrame(frame []byte, first Position, raw int) (*segment, int64
 	return seg, off, nil
 }
 
-// roll closes the active segment, which the last commit left synced, and
-// starts the one whose first record is first.
+// roll ends the active segment, which the last commit left synced, and
+// starts the one whose first record is first. A segment written over a
+// spare file is cut to its last frame first, so that every segment but the
+// last ends exactly at its last frame.
 func (l *Log) roll(first Position) (*segment, error) {
 	old := l.segsLast()
-	if err := l.active.Close(); err != nil {
-		l.active = nil
-		return nil, errFailed("close", old.name, err)
+	err := l.cutStale(old)
+	if cerr := l.active.Close(); err == nil && cerr != nil {
+		err = errFailed("close", old.name, cerr)
 	}
 	l.active = nil
-	f, seg, err := l.createSegment(first)
 	if err != nil {
 		return nil, err
 	}
-	l.active, l.written = f, segHeaderSize
-	l.size.Add(segHeaderSize)
+	f, seg, size, err := l.createSegment(first)
+	if err != nil {
+		return nil, err
+	}
+	l.active, l.written, l.activeFile = f, seg.hdr, size
+	l.size.Add(seg.hdr)
+	l.setStale(size - seg.hdr)
 	l.mu.Lock()
 	l.segs = append(l.segs, seg)
 	l.mu.Unlock()
 	return seg, nil
 }
 
+// cutStale truncates the active segment, seg, to what was written to it
+// when the file holds a spare's earlier bytes after that.
+func (l *Log) cutStale(seg *segment) error {
+	if l.activeFile <= l.written {
+		return nil
+	}
+	err := l.active.Truncate(l.written)
+	if err == nil && l.opts.Sync != SyncNever {
+		err = l.active.Sync()
+	}
+	if err != nil {
+		return errFailed("truncate", seg.name, err)
+	}
+	l.activeFile = l.written
+	l.setStale(0)
+	return nil
+}
+
+// setStale records n bytes (at least 0) of the active file past what was
+// written to it: a spare's earlier contents, which Size counts as used.
+func (l *Log) setStale(n int64) {
+	n = max(n, 0)
+	l.reserved.Add(n - l.stale)
+	l.stale = n
+}
+
 // createSegment makes an empty segment atomically: header written and synced
-// under a temporary name, then renamed, then the directory synced. A crash
-// leaves either no segment or a complete header, so a damaged header is
-// never a torn write. The returned file is open read-write.
-func (l *Log) createSegment(first Position) (File, *segment, error) {
+// under a temporary name (or over a spare file, under its name), then
+// renamed, then the directory synced. A crash leaves either no segment or a
+// complete header, so a damaged header is never a torn write. The returned
+// file is open read-write; size is its length, which is more than the header
+// when it was a spare's.
+func (l *Log) createSegment(first Position) (_ File, _ *segment, size int64, _ error) {
 	name := segmentName(first)
 	path := l.path(name)
-	tmp := path + tmpSuffix
 	sync := l.opts.Sync != SyncNever
-	f, err := l.fs.Create(tmp)
+	from, f, size, err := l.takeSpare()
 	if err != nil {
-		return nil, nil, errFailed("create", name+tmpSuffix, err)
+		return nil, nil, 0, err
 	}
+	recycled := f != nil
+	if !recycled {
+		from, size = path+tmpSuffix, segHeaderSize
+		if f, err = l.fs.Create(from); err != nil {
+			return nil, nil, 0, errFailed("create", name+tmpSuffix, err)
+		}
+	}
+	salt := l.newSalt(f)
 	var hdr [segHeaderSize]byte
-	putSegmentHeader(hdr[:], first)
+	putSegmentHeader(hdr[:], first, salt, recycled)
 	step, err := "write", error(nil)
 	if _, err = f.WriteAt(hdr[:], 0); err == nil && sync {
 		step, err = "fsync", f.Sync()
 	}
 	if err == nil {
-		step, err = "rename", l.fs.Rename(tmp, path)
+		step, err = "rename", l.fs.Rename(from, path)
 	}
 	if err == nil && sync {
 		step, err = "sync directory for", l.fs.SyncDir(l.dir)
 	}
 	if err != nil {
 		f.Close()
-		return nil, nil, errFailed(step, name, err)
+		return nil, nil, 0, errFailed(step, name, err)
 	}
 	seg := &segment{
 		name:  name,
 		first: first,
 		end:   first,
 		size:  segHeaderSize,
+		hdr:   segHeaderSize,
+		seed:  saltSeed(salt),
 		index: make([]indexEntry, 0, l.opts.SegmentSize/indexEvery+1),
 	}
-	return f, seg, nil
+	return f, seg, max(size, segHeaderSize), nil
+}
+
+// takeSpare returns a spare segment file, open read-write, with its name and
+// length, or a nil File when there is none. A spare that cannot be opened
+// is removed: the segment is then made anew.
+func (l *Log) takeSpare() (string, File, int64, error) {
+	for {
+		l.mu.Lock()
+		if len(l.spares) == 0 {
+			l.mu.Unlock()
+			return "", nil, 0, nil
+		}
+		sp := l.spares[len(l.spares)-1]
+		l.spares = l.spares[:len(l.spares)-1]
+		l.mu.Unlock()
+		l.reserved.Add(-sp.size)
+		path := l.path(sp.name)
+		f, err := l.fs.OpenReadWrite(path)
+		if err == nil {
+			return path, f, sp.size, nil
+		}
+		if err := l.fs.Remove(path); err != nil {
+			return "", nil, 0, errFailed("remove spare", sp.name, err)
+		}
+	}
+}
+
+// newSalt draws the salt of a segment about to be written over f: random, so
+// that a frame hidden in a record cannot pass for one of the log's, and
+// other than the salt f's header holds, if any, so that a spare's earlier
+// frames never verify in their new segment.
+func (l *Log) newSalt(f File) uint32 {
+	var b [segHeaderSize]byte
+	n, _ := f.ReadAt(b[:], 0)
+	old, v2 := uint32(0), n == segHeaderSize && segHeaderLen(b[:]) == segHeaderSize
+	if v2 {
+		old = binary.LittleEndian.Uint32(b[16:20])
+	}
+	for {
+		salt := rand.Uint32()
+		// Seed 0 is version 1's: such frames would verify too.
+		if (!v2 || salt != old) && saltSeed(salt) != 0 {
+			return salt
+		}
+	}
 }
 
 // BeginCommit tells the log that the caller will commit what it appends

@@ -38,7 +38,13 @@
 // A segment is started, when the next frame would take the current one past
 // SegmentSize, by writing its header under a temporary name, fsyncing,
 // renaming, and fsyncing the directory. DeleteBefore removes whole segments
-// once a checkpoint covers them.
+// once a checkpoint covers them, but keeps SpareSegments of their files
+// (renamed *.seg.free) for the next segments to be written over: an fsync
+// of blocks a file already has costs no allocation and no journal commit.
+// Each segment has a random salt in its header that seeds its frame header
+// CRCs, so that frames are recognised only in the segment they were
+// written for: neither a spare's earlier frames nor a frame hidden in a
+// record can pass for one. Frames are made durable with fdatasync.
 //
 // # Invariants
 //
@@ -55,8 +61,12 @@
 //     before compression), for as long as that block is not being refilled:
 //     a reader that keeps up, such as the edge's pump, then never reads the
 //     file back (FramesRead counts both).
-//   - Nothing on disk is ever overwritten; bytes are only appended, and cut
-//     off by Open's repair of a torn tail.
+//   - Nothing durable is ever overwritten: bytes are appended, cut off by
+//     Open's repair of a torn tail, and written over only in a spare file,
+//     whose contents are no longer part of the log. A segment written over
+//     a spare is cut to its last frame when it ends (rolled, or the log
+//     closed), so only a crashed log's last segment has the spare's earlier
+//     bytes after its last frame.
 //
 // # Recovery policy
 //
@@ -69,6 +79,8 @@
 //     offset. Open repairs nothing then: what to do with damaged data that
 //     may have been acknowledged is for an operator (or a restore from a
 //     snapshot) to decide, not for a silent skip.
+//   - Spares (*.seg.free) past SpareSegments are removed; the others are
+//     kept, and Size counts them.
 //   - In the last segment, Open finds the first frame that does not verify
 //     and looks for any verifiable frame after it (past the bad frame's
 //     payload when its header is sound, else at every byte offset). If there
@@ -90,10 +102,13 @@
 //     report rather than an error.
 //   - Open's scan reads the whole log: seconds per GiB on an SD card, once
 //     per start.
-//   - The search for a frame after a bad one can, in principle, be fooled by
-//     record bytes that happen to form a valid frame (both CRCs and a
-//     plausible position) inside the damaged tail. The answer is then
-//     ErrCorrupt, never lost data.
+//   - The search for a frame after a bad one tries every byte offset of the
+//     tail; after a crash in a segment written over a spare, that tail is
+//     the spare's earlier bytes, up to SegmentSize (a fraction of a second
+//     per 64 MiB here; longer on a slow card). It can be fooled only by
+//     bytes that form a frame with both CRCs under the segment's salt (1 in
+//     2^32 for random bytes); the answer is then ErrCorrupt, never lost
+//     data. Segments of version 1 have no salt.
 //   - Under SyncNever "durable" means "written": after a power loss Open may
 //     cut records that were reported durable, or find damage it cannot call
 //     a torn tail.

@@ -18,10 +18,17 @@ import (
 type Position uint64
 
 const (
-	segMagic        = "RNIL"
-	formatVersion   = 1
-	segHeaderSize   = 20
+	segMagic = "RNIL"
+	// formatVersion is the version the log writes. Version 1 segments
+	// (a 20-byte header, frame header CRCs without a salt) are still read.
+	formatVersion   = 2
+	segHeaderSize   = 24 // version 2
+	segHeaderSizeV1 = 20
 	frameHeaderSize = 32
+
+	// segFlagRecycled marks a segment written over a spare file: the bytes
+	// after its last frame are the spare's earlier contents.
+	segFlagRecycled byte = 1
 
 	// MaxBlockSize bounds a frame's stored and uncompressed payload. The
 	// writer never builds a larger block (Options.Validate keeps MaxUnsynced
@@ -32,9 +39,10 @@ const (
 	frameTypePlain byte = 1
 	frameTypeZstd  byte = 2
 
-	segSuffix = ".seg"
-	tmpSuffix = ".tmp"
-	lockName  = "LOCK"
+	segSuffix   = ".seg"
+	tmpSuffix   = ".tmp"
+	spareSuffix = ".free"
+	lockName    = "LOCK"
 	// segNameLen is the length of a segment file name: 20 decimal digits,
 	// enough for any uint64, then ".seg".
 	segNameLen = 20 + len(segSuffix)
@@ -73,37 +81,94 @@ func parseSegmentName(name string) (first Position, ok, bad bool) {
 	return Position(v), true, false
 }
 
-// putSegmentHeader writes the 20-byte segment header into b.
-func putSegmentHeader(b []byte, first Position) {
+// segHeader is what a segment header says beyond its first position.
+type segHeader struct {
+	size     int64  // header bytes: where the first frame starts
+	seed     uint32 // the frame header CRCs' seed: the CRC of the salt (0 in version 1)
+	recycled bool
+}
+
+// putSegmentHeader writes the version 2 segment header into b.
+func putSegmentHeader(b []byte, first Position, salt uint32, recycled bool) {
 	_ = b[segHeaderSize-1]
 	copy(b[0:4], segMagic)
 	b[4] = formatVersion
 	b[5], b[6], b[7] = 0, 0, 0
+	if recycled {
+		b[5] = segFlagRecycled
+	}
 	binary.LittleEndian.PutUint64(b[8:16], uint64(first))
-	binary.LittleEndian.PutUint32(b[16:20], crc(b[0:16]))
+	binary.LittleEndian.PutUint32(b[16:20], salt)
+	binary.LittleEndian.PutUint32(b[20:24], crc(b[0:20]))
 }
 
-// checkSegmentHeader verifies the segment header b (segHeaderSize bytes) of
-// the file name, whose name says its first position is first.
-func checkSegmentHeader(b []byte, name string, first Position) error {
+// saltSeed is the CRC state after a salt's four little-endian bytes: frame
+// header CRCs of a version 2 segment continue from it.
+func saltSeed(salt uint32) uint32 {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], salt)
+	return crc(b[:])
+}
+
+// segHeaderLen returns the header length of a segment whose first bytes
+// (at least 5) are b, or 0 when b is not a segment's beginning.
+func segHeaderLen(b []byte) int64 {
+	switch {
+	case string(b[0:4]) != segMagic:
+		return 0
+	case b[4] == 1:
+		return segHeaderSizeV1
+	case b[4] == formatVersion:
+		return segHeaderSize
+	}
+	return 0
+}
+
+// checkSegmentHeader verifies the segment header b of the file name, whose
+// name says its first position is first. b holds the header's bytes, at
+// least segHeaderSizeV1 and as many as its version lays out.
+func checkSegmentHeader(b []byte, name string, first Position) (segHeader, error) {
 	if string(b[0:4]) != segMagic {
-		return corrupt(name, 0, "not an ingest log segment: magic %q, want %q", b[0:4], segMagic)
+		return segHeader{}, corrupt(name, 0, "not an ingest log segment: magic %q, want %q", b[0:4], segMagic)
 	}
 	// The version is read before the CRC: a later version may lay out (and
 	// checksum) the rest of the header differently.
-	if b[4] != formatVersion {
-		return fmt.Errorf("ingestlog: segment %s: format version %d, this build reads %d: %w", name, b[4], formatVersion, ErrVersion)
+	var h segHeader
+	switch b[4] {
+	case 1:
+		h.size = segHeaderSizeV1
+		if got, want := binary.LittleEndian.Uint32(b[16:20]), crc(b[0:16]); got != want {
+			return h, corrupt(name, 0, "segment header CRC %08x, computed %08x", got, want)
+		}
+		if b[5] != 0 || b[6] != 0 || b[7] != 0 {
+			return h, corrupt(name, 0, "reserved header bytes %x, want zero", b[5:8])
+		}
+	case formatVersion:
+		h.size = segHeaderSize
+		if len(b) < segHeaderSize {
+			return h, corrupt(name, 0, "file of %d bytes is shorter than the %d-byte segment header", len(b), segHeaderSize)
+		}
+		if got, want := binary.LittleEndian.Uint32(b[20:24]), crc(b[0:20]); got != want {
+			return h, corrupt(name, 0, "segment header CRC %08x, computed %08x", got, want)
+		}
+		if b[5]&^segFlagRecycled != 0 || b[6] != 0 || b[7] != 0 {
+			return h, corrupt(name, 0, "reserved header bytes %x, want zero", b[5:8])
+		}
+		h.recycled = b[5]&segFlagRecycled != 0
+		h.seed = saltSeed(binary.LittleEndian.Uint32(b[16:20]))
+	default:
+		return h, fmt.Errorf("ingestlog: segment %s: format version %d, this build reads 1 and %d: %w", name, b[4], formatVersion, ErrVersion)
 	}
-	if got, want := binary.LittleEndian.Uint32(b[16:20]), crc(b[0:16]); got != want {
-		return corrupt(name, 0, "segment header CRC %08x, computed %08x", got, want)
+	if p := Position(binary.LittleEndian.Uint64(b[8:16])); p != first {
+		return h, corrupt(name, 0, "header says first position %d, file name says %d", p, first)
 	}
-	if b[5] != 0 || b[6] != 0 || b[7] != 0 {
-		return corrupt(name, 0, "reserved header bytes %x, want zero", b[5:8])
-	}
-	if h := Position(binary.LittleEndian.Uint64(b[8:16])); h != first {
-		return corrupt(name, 0, "header says first position %d, file name says %d", h, first)
-	}
-	return nil
+	return h, nil
+}
+
+// frameHeaderCRC is the CRC of a frame header's bytes 4–31, continued from
+// its segment's seed.
+func frameHeaderCRC(b []byte, seed uint32) uint32 {
+	return crc32.Update(seed, castagnoli, b[4:frameHeaderSize])
 }
 
 // frameHeader is the fixed 32-byte header of a frame. A frame holds one
@@ -117,7 +182,8 @@ type frameHeader struct {
 	crc    uint32   // CRC-32C of the stored payload
 }
 
-// put writes h into b[:frameHeaderSize], header CRC last.
+// put writes h into b[:frameHeaderSize] but for the header CRC, which
+// depends on the segment the frame goes to: sealFrameHeader writes it.
 func (h *frameHeader) put(b []byte) {
 	_ = b[frameHeaderSize-1]
 	b[4] = h.typ
@@ -127,7 +193,12 @@ func (h *frameHeader) put(b []byte) {
 	binary.LittleEndian.PutUint32(b[16:20], h.rawLen)
 	binary.LittleEndian.PutUint64(b[20:28], uint64(h.first))
 	binary.LittleEndian.PutUint32(b[28:32], h.crc)
-	binary.LittleEndian.PutUint32(b[0:4], crc(b[4:frameHeaderSize]))
+}
+
+// sealFrameHeader writes the header CRC of the frame header b for a
+// segment whose seed is seed.
+func sealFrameHeader(b []byte, seed uint32) {
+	binary.LittleEndian.PutUint32(b[0:4], frameHeaderCRC(b, seed))
 }
 
 // plausibleFrameHeader is a cheap filter applied before the header CRC when
@@ -136,11 +207,12 @@ func plausibleFrameHeader(b []byte) bool {
 	return (b[4] == frameTypePlain || b[4] == frameTypeZstd) && b[5]|b[6]|b[7] == 0
 }
 
-// parseFrameHeader decodes and checks b[:frameHeaderSize]. A non-empty reason
+// parseFrameHeader decodes and checks b[:frameHeaderSize], a frame header
+// of a segment whose seed is seed. A non-empty reason
 // says why the bytes are not a frame header; the payload is not looked at.
-func parseFrameHeader(b []byte) (h frameHeader, reason string) {
+func parseFrameHeader(b []byte, seed uint32) (h frameHeader, reason string) {
 	_ = b[frameHeaderSize-1]
-	if got, want := binary.LittleEndian.Uint32(b[0:4]), crc(b[4:frameHeaderSize]); got != want {
+	if got, want := binary.LittleEndian.Uint32(b[0:4]), frameHeaderCRC(b, seed); got != want {
 		return h, "frame header CRC mismatch"
 	}
 	h = frameHeader{

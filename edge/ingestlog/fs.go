@@ -36,7 +36,8 @@ type File interface {
 	io.ReaderAt
 	io.WriterAt
 	io.Closer
-	// Sync makes the data written so far durable (fsync).
+	// Sync makes the data written so far, and the file's length, durable
+	// (fdatasync on Linux, fsync elsewhere).
 	Sync() error
 	Truncate(size int64) error
 	Size() (int64, error)
@@ -48,6 +49,8 @@ func OSFS() FS { return osFS{} }
 type osFS struct{}
 
 type osFile struct{ *os.File }
+
+func (f osFile) Sync() error { return datasync(f.File) }
 
 func (f osFile) Size() (int64, error) {
 	fi, err := f.Stat()

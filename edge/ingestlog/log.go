@@ -3,6 +3,7 @@ package ingestlog
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -31,10 +32,12 @@ type Log struct {
 	lock io.Closer
 
 	// Owned by whoever holds commitMu once Open returns.
-	active  File  // the last segment, open read-write
-	written int64 // bytes written to active; its durable size may lag
-	enc     *zstd.Encoder
-	zbuf    []byte
+	active     File  // the last segment, open read-write
+	written    int64 // bytes written to active; its durable size may lag
+	activeFile int64 // active's length: more than written over a spare
+	stale      int64 // max(activeFile-written, 0), counted in reserved
+	enc        *zstd.Encoder
+	zbuf       []byte
 
 	kick  chan struct{}   // cap 1: "something to commit", never blocks Append
 	seal  chan chan error // Seal's requests, answered by the committer
@@ -46,6 +49,7 @@ type Log struct {
 	end      atomic.Uint64 // one past the last record appended
 	size     atomic.Int64  // bytes in all segment files
 	buffered atomic.Int64  // bytes of records appended, not written yet (Size counts them)
+	reserved atomic.Int64  // bytes of spare files and of a spare's earlier contents in active
 
 	mu        sync.Mutex
 	pend      []byte        // the next block: frameHeaderSize reserved bytes, then records
@@ -60,6 +64,7 @@ type Log struct {
 	closeErr  error         // what Close returns, set before done is closed
 	wake      chan struct{} // closed and cleared at each state change; see wakeLocked
 	segs      []*segment    // oldest first; the last is the active segment
+	spares    []spare       // deleted segments' files, kept to be written over
 	last      lastBlock     // the block the committer wrote last, while spare holds it
 
 	// Frames Readers took from memory (the last block) and from the files.
@@ -96,7 +101,19 @@ type segment struct {
 	first Position // position of the first record (also in the file name)
 	end   Position // one past the last durable record
 	size  int64    // durable bytes, header included
+	hdr   int64    // header bytes: the first frame's offset
+	seed  uint32   // the seed of its frame header CRCs
 	index []indexEntry
+}
+
+// spare is a deleted segment's file, renamed to <segment name>.free, that
+// the next new segment is written over instead of a new file: overwriting
+// blocks a file already has spares the file system the allocation and the
+// journal commit that each fsync of a growing file costs, in CPU and in
+// writes to the card.
+type spare struct {
+	name string
+	size int64
 }
 
 // indexEntry says that the frame at off starts with the record at pos.
@@ -217,7 +234,10 @@ func (l *Log) First() Position {
 // Size returns the bytes of the log: in its segment files, and of the
 // records appended and not written yet (at their uncompressed size), so
 // that a disk cap checked against it holds however fast records come.
-func (l *Log) Size() int64 { return l.size.Load() + l.buffered.Load() }
+//
+// Spare files and the earlier contents of a segment written over one count
+// too: they hold the disk. DropSpares gives them back.
+func (l *Log) Size() int64 { return l.size.Load() + l.buffered.Load() + l.reserved.Load() }
 
 // Append adds a copy of rec to the log and returns its position without
 // waiting for it to be durable: watch OnDurable, Durable or WaitDurable for
@@ -339,10 +359,17 @@ func (l *Log) DeleteBefore(pos Position) error {
 		}
 		s := l.segs[0]
 		l.segs = l.segs[1:]
+		keep := len(l.spares) < l.opts.SpareSegments
 		l.mu.Unlock()
 		// One directory sync per segment: were the removals reordered by a
 		// crash, a hole in the middle of the log would look like lost data.
-		err := l.fs.Remove(filepath.Join(l.dir, s.name))
+		path := filepath.Join(l.dir, s.name)
+		var err error
+		if keep {
+			err = l.fs.Rename(path, path+spareSuffix)
+		} else {
+			err = l.fs.Remove(path)
+		}
 		if err == nil && l.opts.Sync != SyncNever {
 			err = l.fs.SyncDir(l.dir)
 		}
@@ -354,7 +381,46 @@ func (l *Log) DeleteBefore(pos Position) error {
 			return fmt.Errorf("ingestlog: delete %s: %w", s.name, err)
 		}
 		l.size.Add(-s.size)
+		if keep {
+			l.reserved.Add(s.size)
+			l.mu.Lock()
+			l.spares = append(l.spares, spare{name: s.name + spareSuffix, size: s.size})
+			l.mu.Unlock()
+		}
 	}
+}
+
+// DropSpares removes the spare segment files (Options.SpareSegments) and
+// returns the bytes that frees: an edge short of disk gives them back
+// before anything that holds data.
+func (l *Log) DropSpares() (int64, error) {
+	l.deleteMu.Lock()
+	defer l.deleteMu.Unlock()
+	l.mu.Lock()
+	spares := l.spares
+	l.spares = nil
+	l.mu.Unlock()
+	var freed int64
+	var errs []error
+	var kept []spare
+	for _, sp := range spares {
+		if err := l.fs.Remove(l.path(sp.name)); err != nil {
+			errs = append(errs, fmt.Errorf("ingestlog: remove spare %s: %w", sp.name, err))
+			kept = append(kept, sp)
+			continue
+		}
+		freed += sp.size
+	}
+	l.reserved.Add(-freed)
+	l.mu.Lock()
+	l.spares = append(l.spares, kept...)
+	l.mu.Unlock()
+	if freed > 0 && l.opts.Sync != SyncNever {
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			errs = append(errs, fmt.Errorf("ingestlog: sync %s: %w", l.dir, err))
+		}
+	}
+	return freed, errors.Join(errs...)
 }
 
 // Seal ends the active segment once what is buffered is durable, so that

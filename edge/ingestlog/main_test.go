@@ -24,7 +24,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // rather than import them so that a format change has to change the doc and
 // the tests too.
 const (
-	segHeaderSize   = 20
+	segHeaderSize   = 24 // version 2, which the log writes
+	segHeaderSizeV1 = 20
 	frameHeaderSize = 32
 	logDir          = "/log"
 )
@@ -35,9 +36,10 @@ func segName(first uint64) string { return fmt.Sprintf("%020d.seg", first) }
 
 func segPath(first uint64) string { return logDir + "/" + segName(first) }
 
-// segHeader builds a segment header as the format doc lays it out.
+// segHeader builds a version 1 segment header as the format doc lays it
+// out, with the version byte given.
 func segHeader(first uint64, version byte) []byte {
-	b := make([]byte, segHeaderSize)
+	b := make([]byte, segHeaderSizeV1)
 	copy(b, "RNIL")
 	b[4] = version
 	binary.LittleEndian.PutUint64(b[8:], first)
@@ -45,7 +47,32 @@ func segHeader(first uint64, version byte) []byte {
 	return b
 }
 
-// frame builds a frame as the format doc lays it out.
+// segHeaderV2 builds a version 2 segment header.
+func segHeaderV2(first uint64, salt uint32, flags byte) []byte {
+	b := make([]byte, segHeaderSize)
+	copy(b, "RNIL")
+	b[4], b[5] = 2, flags
+	binary.LittleEndian.PutUint64(b[8:], first)
+	binary.LittleEndian.PutUint32(b[16:], salt)
+	binary.LittleEndian.PutUint32(b[20:], crc32.Checksum(b[:20], castagnoli))
+	return b
+}
+
+// saltOf returns the salt of the version 2 segment whose bytes are seg.
+func saltOf(seg []byte) uint32 { return binary.LittleEndian.Uint32(seg[16:20]) }
+
+// frameIn builds a frame for a version 2 segment with the given salt: its
+// header CRC runs over the salt's four bytes, then header bytes 4-31.
+func frameIn(salt uint32, typ byte, count, rawLen uint32, first uint64, payload []byte) []byte {
+	b := frame(typ, count, rawLen, first, payload)
+	var s [4]byte
+	binary.LittleEndian.PutUint32(s[:], salt)
+	seed := crc32.Checksum(s[:], castagnoli)
+	binary.LittleEndian.PutUint32(b[0:], crc32.Update(seed, castagnoli, b[4:frameHeaderSize]))
+	return b
+}
+
+// frame builds a version 1 frame as the format doc lays it out.
 func frame(typ byte, count, rawLen uint32, first uint64, payload []byte) []byte {
 	b := make([]byte, frameHeaderSize, frameHeaderSize+len(payload))
 	b[4] = typ

@@ -17,7 +17,14 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 		return rec, fmt.Errorf("ingestlog: open %s: %w", l.dir, err)
 	}
 	var firsts []Position
+	var spares []string
 	for _, name := range names {
+		if base, ok := strings.CutSuffix(name, spareSuffix); ok {
+			if _, ok, _ := parseSegmentName(base); ok {
+				spares = append(spares, name)
+				continue
+			}
+		}
 		if base, ok := strings.CutSuffix(name, tmpSuffix); ok && strings.HasSuffix(base, segSuffix) {
 			// A segment whose creation a crash interrupted before the
 			// rename: it never held a record.
@@ -35,6 +42,28 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 			firsts = append(firsts, first)
 		}
 	}
+	// Spares beyond the number kept (the setting went down) go.
+	slices.Sort(spares)
+	for len(spares) > l.opts.SpareSegments {
+		if err := l.fs.Remove(l.path(spares[0])); err != nil {
+			return rec, fmt.Errorf("ingestlog: open %s: remove %s: %w", l.dir, spares[0], err)
+		}
+		spares = spares[1:]
+		rec.RemovedTemp++
+	}
+	for _, name := range spares {
+		f, err := l.fs.Open(l.path(name))
+		if err != nil {
+			return rec, fmt.Errorf("ingestlog: open %s: %w", name, err)
+		}
+		size, err := f.Size()
+		f.Close()
+		if err != nil {
+			return rec, fmt.Errorf("ingestlog: stat %s: %w", name, err)
+		}
+		l.spares = append(l.spares, spare{name: name, size: size})
+		l.reserved.Add(size)
+	}
 	if rec.RemovedTemp > 0 && l.opts.Sync != SyncNever {
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			return rec, fmt.Errorf("ingestlog: open %s: sync directory: %w", l.dir, err)
@@ -43,13 +72,14 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 	slices.Sort(firsts)
 
 	if len(firsts) == 0 {
-		f, seg, err := l.createSegment(l.opts.First)
+		f, seg, size, err := l.createSegment(l.opts.First)
 		if err != nil {
 			return rec, fmt.Errorf("ingestlog: open %s: %w", l.dir, err)
 		}
-		l.active, l.written, l.segs = f, segHeaderSize, []*segment{seg}
-		l.size.Store(segHeaderSize)
-		return Recovery{Segments: 1, First: l.opts.First, End: l.opts.First, Bytes: segHeaderSize, RemovedTemp: rec.RemovedTemp}, nil
+		l.active, l.written, l.activeFile, l.segs = f, seg.hdr, size, []*segment{seg}
+		l.size.Store(seg.hdr)
+		l.setStale(size - seg.hdr)
+		return Recovery{Segments: 1, First: l.opts.First, End: l.opts.First, Bytes: seg.hdr, RemovedTemp: rec.RemovedTemp}, nil
 	}
 
 	w := &window{ahead: scanAhead}
@@ -70,7 +100,8 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 		if last {
 			idx = slices.Grow(idx, int(l.opts.SegmentSize/indexEvery)+1-len(idx))
 		}
-		l.segs = append(l.segs, &segment{name: name, first: first, end: sc.end, size: sc.size, index: idx})
+		l.segs = append(l.segs, &segment{name: name, first: first, end: sc.end, size: sc.size,
+			hdr: sc.hdr.size, seed: sc.hdr.seed, index: idx})
 		size += sc.size
 		if sc.torn != nil {
 			rec.TruncatedSegment = name
@@ -78,6 +109,9 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 			rec.TruncatedBytes = fileSize - sc.torn.off
 			rec.TruncatedRecords = sc.torn.records
 			rec.TruncatedReason = sc.torn.reason
+			if sc.hdr.recycled {
+				rec.TruncatedReason += "; the segment was written over a spare file, whose earlier contents follow its last frame"
+			}
 		}
 	}
 	w.data = nil
@@ -97,7 +131,7 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 			return rec, fmt.Errorf("ingestlog: open: truncate torn tail of %s at offset %d: %w", last.name, last.size, err)
 		}
 	}
-	l.active, l.written = f, last.size
+	l.active, l.written, l.activeFile = f, last.size, last.size
 	l.size.Store(size)
 	rec.Segments = len(l.segs)
 	rec.First = l.segs[0].first

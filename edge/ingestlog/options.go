@@ -63,6 +63,7 @@ func (c Compression) String() string {
 // Defaults for the zero fields of Options.
 const (
 	DefaultSegmentSize   = 64 << 20
+	DefaultSpareSegments = 1
 	DefaultMaxRecordSize = 1 << 20
 	DefaultGroupBytes    = 1 << 20
 	DefaultGroupDelay    = 2 * time.Millisecond
@@ -81,6 +82,12 @@ type Options struct {
 	// A segment holds at least one frame, so one larger than SegmentSize
 	// makes a larger segment.
 	SegmentSize int64
+	// SpareSegments is how many deleted segments' files the log keeps to
+	// write the next segments over (renamed <name>.free; Size counts them,
+	// DropSpares removes them): an fsync that overwrites blocks the file
+	// has costs the file system no allocation and no journal commit. 0
+	// means DefaultSpareSegments; negative, none.
+	SpareSegments int
 	// MaxRecordSize is the longest record Append accepts.
 	MaxRecordSize int
 	// Sync is the fsync policy.
@@ -127,6 +134,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if d.MaxRecordSize == 0 {
 		d.MaxRecordSize = DefaultMaxRecordSize
+	}
+	switch {
+	case d.SpareSegments == 0:
+		d.SpareSegments = DefaultSpareSegments
+	case d.SpareSegments < 0:
+		d.SpareSegments = 0
 	}
 	if d.GroupBytes == 0 {
 		d.GroupBytes = DefaultGroupBytes

@@ -47,7 +47,7 @@ func (l *Log) NewReader(from Position) (*Reader, error) {
 		return nil, fmt.Errorf("ingestlog: read from position %d: %w (log holds %d to %d)", from, ErrOutOfRange, first, durable)
 	}
 	seg := l.segs[l.segmentForLocked(from)]
-	off, next := int64(segHeaderSize), seg.first
+	off, next := seg.hdr, seg.first
 	if i := searchIndex(seg.index, from); i >= 0 {
 		off, next = seg.index[i].off, seg.index[i].pos
 	}
@@ -168,20 +168,25 @@ func (r *Reader) loadFrame() error {
 			return fmt.Errorf("ingestlog: read position %d: %w", r.next, deletedErr(err))
 		}
 		r.f.Close()
-		r.seg, r.f, r.off = nextSeg, f, segHeaderSize
+		r.seg, r.f, r.off = nextSeg, f, nextSeg.hdr
 		r.win = window{f: f, data: r.win.data[:0], ahead: readAhead}
 		return r.loadFrame()
 	}
 
-	h, reason, _, err := readFrame(&r.win, r.off, limit)
+	h, reason, _, err := readFrame(&r.win, r.off, limit, r.seg.seed)
+	if reason == "" && err == nil && h.first != r.next {
+		reason = fmt.Sprintf("frame starts at position %d, expected %d", h.first, r.next)
+	}
+	if (reason != "" || err != nil) && l.deleted(r.seg) {
+		// DeleteBefore took the segment, and its file may have become a
+		// spare and been written over since.
+		return fmt.Errorf("ingestlog: read position %d: %w: its segment %s was deleted", r.next, ErrOutOfRange, r.seg.name)
+	}
 	if err != nil {
 		return fmt.Errorf("ingestlog: read %s at offset %d: %w", r.seg.name, r.off, err)
 	}
 	if reason != "" {
 		return corrupt(r.seg.name, r.off, "%s", reason)
-	}
-	if h.first != r.next {
-		return corrupt(r.seg.name, r.off, "frame starts at position %d, expected %d", h.first, r.next)
 	}
 	// readFrame verified the payload through the window; it is still there.
 	payload, err := r.win.bytes(r.off+frameHeaderSize, int(h.length), limit)
@@ -201,6 +206,13 @@ func (r *Reader) loadFrame() error {
 	r.off += frameHeaderSize + int64(h.length)
 	r.next += Position(h.count)
 	return nil
+}
+
+// deleted reports whether seg is no longer one of the log's segments.
+func (l *Log) deleted(seg *segment) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.segs) == 0 || seg.first < l.segs[0].first
 }
 
 // inflater decompresses zstd blocks into one reused buffer.

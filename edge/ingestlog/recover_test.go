@@ -99,7 +99,7 @@ func TestDamage(t *testing.T) {
 			edit(t, fsys, 28, flip(0))
 		}, want{corruptSeg: segName(28), corruptOff: 0}},
 		{"newer version", func(t *testing.T, fsys *faultfs.FS) {
-			edit(t, fsys, 28, func(b []byte) []byte { copy(b, segHeader(dmgLastSeg, 2)); return b })
+			edit(t, fsys, 28, func(b []byte) []byte { copy(b, segHeader(dmgLastSeg, 3)); return b })
 		}, want{version: true}},
 		{"header names another position", func(t *testing.T, fsys *faultfs.FS) {
 			edit(t, fsys, 14, func(b []byte) []byte { copy(b, segHeader(15, 1)); return b })
@@ -118,7 +118,7 @@ func TestDamage(t *testing.T) {
 		{"frame out of place", func(t *testing.T, fsys *faultfs.FS) {
 			// A verifiable frame with the wrong positions is not a torn write.
 			edit(t, fsys, 28, func(b []byte) []byte {
-				return append(b[:frameOff(1)], frame(1, 1, 101, 40, plainBlock(dmgRecord(40)))...)
+				return append(b[:frameOff(1)], frameIn(saltOf(b), 1, 1, 101, 40, plainBlock(dmgRecord(40)))...)
 			})
 		}, want{corruptSeg: segName(28), corruptOff: frameOff(1)}},
 		{"flip in last frame", func(t *testing.T, fsys *faultfs.FS) {
@@ -137,9 +137,19 @@ func TestDamage(t *testing.T) {
 			// Only frames at or past the expected position make a tear damage.
 			edit(t, fsys, 28, func(b []byte) []byte {
 				b = b[:frameOff(1)+40]
-				return append(b, frame(1, 1, 101, 3, plainBlock(dmgRecord(3)))...)
+				return append(b, frameIn(saltOf(b), 1, 1, 101, 3, plainBlock(dmgRecord(3)))...)
 			})
 		}, want{end: dmgRecords - 1, truncOff: frameOff(1), truncRecs: 1}},
+		{"frame hidden in a record behind a torn one", func(t *testing.T, fsys *faultfs.FS) {
+			// A publisher can put a whole frame, CRCs and all, in its
+			// payload; without the segment's salt it cannot pass for one
+			// of the log's, so a tear before it stays a tear.
+			edit(t, fsys, 28, func(b []byte) []byte {
+				b = b[:frameOff(1)+10] // a torn header: searched byte by byte
+				b = append(b, frame(1, 1, 101, 1<<40, plainBlock(dmgRecord(3)))...)
+				return append(b, frameIn(saltOf(b)+1, 1, 1, 101, 1<<40, plainBlock(dmgRecord(3)))...)
+			})
+		}, want{end: dmgRecords - 1, truncOff: frameOff(1)}},
 		{"leftover temp segment", func(t *testing.T, fsys *faultfs.FS) {
 			fsys.WriteFile(segPath(30)+".tmp", segHeader(30, 1)[:7])
 		}, want{end: dmgRecords, removedTmp: 1}},
@@ -277,8 +287,8 @@ func TestBlockDamage(t *testing.T) {
 			}
 			defer mustClose(t, l)
 			got, err := readAll(l, rec.First)
-			if ce, ok := isCorrupt(err); !ok || ce.Offset != segHeaderSize {
-				t.Fatalf("read: %v, want ErrCorrupt at offset %d", err, segHeaderSize)
+			if ce, ok := isCorrupt(err); !ok || ce.Offset != segHeaderSizeV1 {
+				t.Fatalf("read: %v, want ErrCorrupt at offset %d", err, segHeaderSizeV1)
 			}
 			if len(got) != tt.records {
 				t.Fatalf("%d records before the error, want %d", len(got), tt.records)

@@ -55,6 +55,7 @@ func (w *window) bytes(off int64, n int, limit int64) ([]byte, error) {
 
 // scanned is what a scan learned about one segment.
 type scanned struct {
+	hdr   segHeader
 	end   Position // one past the last good record
 	size  int64    // bytes up to the end of the last good frame
 	index []indexEntry
@@ -72,27 +73,34 @@ type torn struct {
 // last segment, bad bytes followed by no verifiable frame are a torn tail,
 // returned in scanned.torn rather than as an error.
 func scanSegment(ctx context.Context, w *window, name string, first Position, fileSize int64, last bool) (scanned, error) {
-	sc := scanned{end: first, size: segHeaderSize}
-	if fileSize < segHeaderSize {
-		return sc, corrupt(name, 0, "file of %d bytes is shorter than the %d-byte segment header", fileSize, segHeaderSize)
+	sc := scanned{end: first}
+	if fileSize < segHeaderSizeV1 {
+		return sc, corrupt(name, 0, "file of %d bytes is shorter than the %d-byte segment header", fileSize, segHeaderSizeV1)
 	}
-	hb, err := w.bytes(0, segHeaderSize, fileSize)
+	hb, err := w.bytes(0, int(min(fileSize, segHeaderSize)), fileSize)
 	if err != nil {
 		return sc, fmt.Errorf("ingestlog: read %s: %w", name, err)
 	}
-	if err := checkSegmentHeader(hb, name, first); err != nil {
+	if sc.hdr, err = checkSegmentHeader(hb, name, first); err != nil {
 		return sc, err
 	}
-	off, pos := int64(segHeaderSize), first
+	sc.size = sc.hdr.size
+	seed := sc.hdr.seed
+	off, pos := sc.hdr.size, first
 	for frames := 0; off < fileSize; frames++ {
 		if frames%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return sc, err
 			}
 		}
-		h, reason, hdrOK, err := readFrame(w, off, fileSize)
+		h, reason, hdrOK, err := readFrame(w, off, fileSize, seed)
 		if err != nil {
 			return sc, fmt.Errorf("ingestlog: read %s at offset %d: %w", name, off, err)
+		}
+		if reason == "" && h.first < pos && last && sc.hdr.recycled {
+			// The frame of an earlier use of a spare file, whose salt
+			// happened to be this one's: the end, as a torn write is.
+			reason = fmt.Sprintf("frame of an earlier use of the file (position %d, expected %d)", h.first, pos)
 		}
 		if reason == "" && h.first != pos {
 			// A verified frame in the wrong place is not a torn write.
@@ -108,7 +116,7 @@ func scanSegment(ctx context.Context, w *window, name string, first Position, fi
 			if hdrOK && off+frameHeaderSize+int64(h.length) <= fileSize {
 				from = off + frameHeaderSize + int64(h.length)
 			}
-			at, err := findFrame(w, from, fileSize, pos)
+			at, err := findFrame(w, from, fileSize, pos, seed)
 			if err != nil {
 				return sc, fmt.Errorf("ingestlog: read %s: %w", name, err)
 			}
@@ -135,7 +143,7 @@ func scanSegment(ctx context.Context, w *window, name string, first Position, fi
 // readFrame verifies the frame at off: header and payload CRC. reason is
 // empty for a good frame; hdrOK says whether at least the header verified.
 // err is only for read errors other than a short file.
-func readFrame(w *window, off, fileSize int64) (h frameHeader, reason string, hdrOK bool, err error) {
+func readFrame(w *window, off, fileSize int64, seed uint32) (h frameHeader, reason string, hdrOK bool, err error) {
 	if fileSize-off < frameHeaderSize {
 		return h, fmt.Sprintf("%d bytes left, too few for a frame header", fileSize-off), false, nil
 	}
@@ -143,7 +151,7 @@ func readFrame(w *window, off, fileSize int64) (h frameHeader, reason string, hd
 	if err != nil {
 		return h, "", false, err
 	}
-	if h, reason = parseFrameHeader(b); reason != "" {
+	if h, reason = parseFrameHeader(b, seed); reason != "" {
 		return h, reason, false, nil
 	}
 	if rem := fileSize - off - frameHeaderSize; int64(h.length) > rem {
@@ -162,8 +170,10 @@ func readFrame(w *window, off, fileSize int64) (h frameHeader, reason string, hd
 // findFrame returns the offset of the first verifiable frame at or after
 // from whose records start at or after minPos, or -1. It tries every byte
 // offset, so it is only run on the damaged tail of the last segment; the
-// header CRC keeps each try cheap.
-func findFrame(w *window, from, fileSize int64, minPos Position) (int64, error) {
+// header CRC keeps each try cheap. The CRC's seed, the segment's random
+// salt, means that neither a recycled segment's earlier frames nor a frame
+// a publisher hid in its payload can pass for one.
+func findFrame(w *window, from, fileSize int64, minPos Position, seed uint32) (int64, error) {
 	for off := from; off+frameHeaderSize <= fileSize; off++ {
 		b, err := w.bytes(off, frameHeaderSize, fileSize)
 		if err != nil {
@@ -172,7 +182,7 @@ func findFrame(w *window, from, fileSize int64, minPos Position) (int64, error) 
 		if !plausibleFrameHeader(b) {
 			continue
 		}
-		h, reason, _, err := readFrame(w, off, fileSize)
+		h, reason, _, err := readFrame(w, off, fileSize, seed)
 		if err != nil {
 			return -1, err
 		}

@@ -56,7 +56,7 @@ func ReadSegment(ctx context.Context, r io.ReaderAt, size int64, name string, fn
 	var (
 		inf   inflater
 		it    blockIter
-		off   = int64(segHeaderSize)
+		off   = sc.hdr.size
 		pos   = first
 		count = 0
 	)
@@ -67,7 +67,7 @@ func ReadSegment(ctx context.Context, r io.ReaderAt, size int64, name string, fn
 				return 0, err
 			}
 		}
-		h, reason, _, err := readFrame(&w, off, size)
+		h, reason, _, err := readFrame(&w, off, size, sc.hdr.seed)
 		switch {
 		case err != nil:
 			return 0, fmt.Errorf("ingestlog: read %s at offset %d: %w", name, off, err)

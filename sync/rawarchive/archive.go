@@ -42,6 +42,11 @@ type Segment struct {
 	Path       string
 	First, End uint64 // its positions: [First, End)
 	SealedAt   time.Time
+	// Check, when set, verifies the bytes Upload read before anything is
+	// stored: a segment given up and deleted while it was read may have
+	// had its file written over (the ingest log reuses deleted segments'
+	// files), and such bytes are refused rather than archived.
+	Check func(raw []byte) error
 }
 
 // level is fixed: the same segment must compress to the same bytes, so
@@ -51,11 +56,17 @@ const level = zstd.SpeedDefault
 // Upload compresses seg and stores it and then its manifest, unless they
 // are there already (a retry after a crash): either way it returns the
 // manifest that names the stored object. The segment file must not change
-// while it runs (a sealed segment does not).
+// while it runs (a sealed segment does not, until it is deleted: see
+// Segment.Check).
 func (a *Archive) Upload(ctx context.Context, seg Segment) (Manifest, error) {
 	raw, err := os.ReadFile(seg.Path)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("rawarchive: upload %s: %w", seg.Name, err)
+	}
+	if seg.Check != nil {
+		if err := seg.Check(raw); err != nil {
+			return Manifest{}, fmt.Errorf("rawarchive: upload %s: %w", seg.Name, err)
+		}
 	}
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1))
 	if err != nil {

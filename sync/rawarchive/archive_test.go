@@ -289,3 +289,20 @@ func FuzzDecodeManifest(f *testing.F) {
 		}
 	})
 }
+
+// TestUploadChecksFirst: bytes that Segment.Check refuses (a segment file
+// written over while it was read) are not stored, object or manifest.
+func TestUploadChecksFirst(t *testing.T) {
+	segs, _ := writeLog(t, 200)
+	st := newMem()
+	a := &rawarchive.Archive{Store: st, Edge: "gw-1"}
+	seg := segs[0]
+	refused := errors.New("not a whole segment")
+	seg.Check = func([]byte) error { return refused }
+	if _, err := a.Upload(context.Background(), seg); !errors.Is(err, refused) {
+		t.Fatalf("Upload: %v, want the check's error", err)
+	}
+	if len(st.objs) != 0 {
+		t.Fatalf("stored %d objects of a segment its check refused", len(st.objs))
+	}
+}
