@@ -104,7 +104,8 @@ func (r *Runtime) Barrier(id uint64) error {
 	src := &snapBuf{source: true, wm: r.wms.Current()}
 	_ = src.Put(0, []byte{keyWatermark}, appendWatermarkState(nil, r.wms.State()))
 	if r.dedup != nil {
-		_ = src.Put(0, []byte{keyDedup}, r.dedup.appendSnapshot(nil))
+		r.dedup.putChanges(func(key, value []byte) { _ = src.Put(0, key, value) }, r.committed.Load())
+		r.dedup.epoch = id
 	}
 	// The source's part goes first: the output goroutine collects it, then
 	// one part per worker.
@@ -209,8 +210,8 @@ func (r *Runtime) restore(load func(fn func(hash uint64, key, value []byte) erro
 				r.sentWM[i] = window.MinTime
 			}
 			return nil
-		case len(key) == 1 && key[0] == keyDedup:
-			if r.dedup != nil && !r.dedup.restore(value) {
+		case (len(key) == 1 || len(key) == 3) && key[0] == keyDedup:
+			if r.dedup != nil && !r.dedup.load(key, value) {
 				return fmt.Errorf("%w: dedup ids", ErrBadSnapshot)
 			}
 			return nil
@@ -241,6 +242,9 @@ func (r *Runtime) restore(load func(fn func(hash uint64, key, value []byte) erro
 	})
 	if err != nil {
 		return fmt.Errorf("operators: restore: %w", err)
+	}
+	if r.dedup != nil && !r.dedup.finishRestore() {
+		return fmt.Errorf("operators: restore: %w: dedup ids", ErrBadSnapshot)
 	}
 	for _, w := range r.workers {
 		w.op.FinishRestore()

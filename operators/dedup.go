@@ -10,12 +10,27 @@ import "encoding/binary"
 // closely (they are the unacknowledged tail, bounded by the broker's Receive
 // Maximum), so a window of some thousand records covers them; an id older
 // than the window counts again. The remembered ids are part of every
-// checkpoint, so dedup survives a restart.
+// checkpoint, so dedup survives a restart: the ring is stored in chunks of
+// dedupChunk ids, and a checkpoint writes the chunks that changed since the
+// last committed one (a gateway taking a reading a second writes 2 KiB a
+// checkpoint, not the whole 128 KiB ring), and a small header.
 
 // DefaultDedupWindow is the number of event ids remembered.
 const DefaultDedupWindow = 1 << 14
 
 const keyDedup = 'd'
+
+// dedupChunk is the number of ids a chunk entry of the ring holds.
+const dedupChunk = 256
+
+// The header entry ("d"): a magic, then the ring's length and its next
+// position as 8-byte little-endian integers, then 1 if the ring is full.
+// 20 bytes: never a multiple of 8, which the entry of checkpoints written
+// before chunks is (every id, oldest first, 8 bytes each).
+const (
+	dedupMagic     = "DQ2"
+	dedupHeaderLen = len(dedupMagic) + 8 + 8 + 1
+)
 
 // dedup is a FIFO of the last len(ring) ids with a hash index over it:
 // an open-addressing table (linear probing, at most half full) of ring
@@ -29,6 +44,23 @@ type dedup struct {
 	full  bool
 	slots []int32 // 0: free; else a ring position + 1
 	shift uint    // 64 - log2(len(slots))
+
+	// epoch is the last barrier injected; mod[c] the epoch in which chunk
+	// c of the ring last changed. A chunk whose mod is at least the last
+	// committed barrier has changes no committed checkpoint holds.
+	epoch uint64
+	mod   []uint64
+
+	loaded *storedRing // what a restore read, until finishRestore
+}
+
+// storedRing is the ring as a checkpoint's entries describe it.
+type storedRing struct {
+	length, next int
+	full         bool
+	header       bool
+	chunks       map[int][]byte
+	legacy       []byte // a checkpoint written before chunks: every id, oldest first
 }
 
 func newDedup(n int) *dedup {
@@ -36,7 +68,8 @@ func newDedup(n int) *dedup {
 	for 1<<bits < 2*n {
 		bits++
 	}
-	return &dedup{ring: make([]uint64, n), slots: make([]int32, 1<<bits), shift: 64 - bits}
+	return &dedup{ring: make([]uint64, n), slots: make([]int32, 1<<bits), shift: 64 - bits,
+		mod: make([]uint64, (n+dedupChunk-1)/dedupChunk)}
 }
 
 // home is id's first slot (Fibonacci hashing: ids that are not well mixed
@@ -55,6 +88,7 @@ func (d *dedup) check(id uint64) bool {
 		d.remove(d.next)
 	}
 	d.ring[d.next] = id
+	d.mod[d.next/dedupChunk] = d.epoch
 	i := d.home(id)
 	for d.slots[i] != 0 {
 		i = (i + 1) & mask
@@ -92,12 +126,94 @@ func (d *dedup) remove(r int) {
 	d.slots[i] = 0
 }
 
-// appendSnapshot encodes the ids oldest first.
-func (d *dedup) appendSnapshot(b []byte) []byte {
+// putChanges hands put the entries a checkpoint needs of the ring, given
+// the last committed barrier: the header, and each chunk changed since
+// that barrier (all of them before the first commit).
+func (d *dedup) putChanges(put func(key, value []byte), committed uint64) {
+	hdr := make([]byte, 0, dedupHeaderLen)
+	hdr = append(hdr, dedupMagic...)
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(len(d.ring)))
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(d.next))
+	full := byte(0)
 	if d.full {
-		b = appendIDs(b, d.ring[d.next:])
+		full = 1
 	}
-	return appendIDs(b, d.ring[:d.next])
+	put([]byte{keyDedup}, append(hdr, full))
+	var buf []byte
+	for c, m := range d.mod {
+		if m < committed {
+			continue
+		}
+		buf = appendIDs(buf[:0], d.ring[c*dedupChunk:min(len(d.ring), (c+1)*dedupChunk)])
+		put(dedupChunkKey(c), buf)
+	}
+}
+
+func dedupChunkKey(c int) []byte { return []byte{keyDedup, byte(c >> 8), byte(c)} }
+
+// load takes one of the ring's checkpoint entries (key starts with
+// keyDedup); finishRestore applies them once all are read.
+func (d *dedup) load(key, value []byte) bool {
+	if d.loaded == nil {
+		d.loaded = &storedRing{chunks: map[int][]byte{}}
+	}
+	st := d.loaded
+	switch {
+	case len(key) == 3:
+		st.chunks[int(key[1])<<8|int(key[2])] = value
+	case len(key) != 1:
+		return false
+	case len(value) == dedupHeaderLen && string(value[:len(dedupMagic)]) == dedupMagic:
+		n := binary.LittleEndian.Uint64(value[3:])
+		next := binary.LittleEndian.Uint64(value[11:])
+		if n == 0 || n > 1<<30 || next >= n || value[19] > 1 {
+			return false
+		}
+		st.header, st.length, st.next, st.full = true, int(n), int(next), value[19] == 1
+	case len(value)%8 == 0:
+		st.legacy = value
+	default:
+		return false
+	}
+	return true
+}
+
+// finishRestore replays the ids the loaded entries hold, oldest first, into
+// the ring (whatever its length now), which rebuilds the index. Every chunk
+// is written again at the first checkpoint after.
+func (d *dedup) finishRestore() bool {
+	st := d.loaded
+	d.loaded = nil
+	if st == nil {
+		return true
+	}
+	if !st.header {
+		return len(st.chunks) == 0 && d.restore(st.legacy)
+	}
+	ring := make([]uint64, st.length)
+	used := st.next
+	if st.full {
+		used = st.length
+	}
+	for c := 0; c*dedupChunk < used; c++ {
+		b, ok := st.chunks[c]
+		lo, hi := c*dedupChunk, min(st.length, (c+1)*dedupChunk)
+		if !ok || len(b) != 8*(hi-lo) {
+			return false
+		}
+		for i := lo; i < hi; i++ {
+			ring[i] = binary.LittleEndian.Uint64(b[8*(i-lo):])
+		}
+	}
+	if st.full {
+		for _, id := range ring[st.next:] {
+			d.check(id)
+		}
+	}
+	for _, id := range ring[:st.next] {
+		d.check(id)
+	}
+	return true
 }
 
 func appendIDs(b []byte, ids []uint64) []byte {

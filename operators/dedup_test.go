@@ -59,14 +59,100 @@ func TestDedupMatchesMap(t *testing.T) {
 			}
 			if i == 10*n {
 				r := newDedup(n)
-				if !r.restore(d.appendSnapshot(nil)) {
+				if !r.restore(oldest(d)) {
 					t.Fatal("restore failed")
 				}
-				if !bytes.Equal(r.appendSnapshot(nil), d.appendSnapshot(nil)) {
+				if !bytes.Equal(oldest(r), oldest(d)) {
 					t.Fatalf("round %d: restored snapshot differs", round)
 				}
 				d = r
 			}
+		}
+	}
+}
+
+// oldest encodes d's ids oldest first, 8 bytes each: the entry of the
+// checkpoints written before the ring was stored in chunks.
+func oldest(d *dedup) []byte {
+	var b []byte
+	if d.full {
+		b = appendIDs(b, d.ring[d.next:])
+	}
+	return appendIDs(b, d.ring[:d.next])
+}
+
+// TestDedupCheckpoints: a dedup that checkpoints at random points, its
+// commits lagging its barriers, restarts from what the committed
+// checkpoints hold (a barrier's entries reach the store when it commits)
+// with the ids it had at the last committed barrier, oldest first; once a
+// checkpoint has committed, each writes only the header and the chunks
+// changed since; the entry of the format before chunks restores too.
+func TestDedupCheckpoints(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 60 {
+		n := 1 + rng.IntN(3000)
+		d := newDedup(n)
+		store := map[string][]byte{}
+		type inflight struct {
+			id      uint64
+			puts    map[string][]byte
+			oldest  []byte
+			inserts int
+		}
+		var flying []inflight
+		var committed, barrier uint64
+		var committedOldest []byte
+		inserts, committedInserts := 0, 0
+		every := 1 + rng.IntN(40)
+		for step := range 3000 {
+			if !d.check(rng.Uint64N(uint64(2 * n))) {
+				inserts++
+			}
+			if step%every == 0 {
+				barrier++
+				puts := map[string][]byte{}
+				d.putChanges(func(k, v []byte) { puts[string(k)] = bytes.Clone(v) }, committed)
+				d.epoch = barrier
+				if committed > 0 {
+					// The header, and the chunks the inserts since the
+					// committed barrier can have touched (a partial chunk at
+					// each end, and one more where the ring wraps).
+					if limit := 1 + (inserts-committedInserts)/dedupChunk + 3; len(puts) > limit {
+						t.Fatalf("round %d: barrier %d wrote %d entries for %d ids since the commit (at most %d)",
+							round, barrier, len(puts), inserts-committedInserts, limit)
+					}
+				}
+				flying = append(flying, inflight{barrier, puts, oldest(d), inserts})
+			}
+			if len(flying) > 0 && rng.IntN(3) == 0 {
+				f := flying[0]
+				flying = flying[1:]
+				for k, v := range f.puts {
+					store[k] = v
+				}
+				committed, committedOldest, committedInserts = f.id, f.oldest, f.inserts
+			}
+			if committed > 0 && rng.IntN(400) == 0 {
+				// A restart from the store: the state at the committed barrier.
+				r := newDedup(n)
+				for k, v := range store {
+					if !r.load([]byte(k), v) {
+						t.Fatalf("round %d: entry %q refused", round, k)
+					}
+				}
+				if !r.finishRestore() {
+					t.Fatalf("round %d: restore failed", round)
+				}
+				if !bytes.Equal(oldest(r), committedOldest) {
+					t.Fatalf("round %d: restored ids differ from those at barrier %d", round, committed)
+				}
+				d, flying, committed, inserts, committedInserts = r, nil, 0, 0, 0
+			}
+		}
+		// The entry written before chunks.
+		r := newDedup(n)
+		if !r.load([]byte{keyDedup}, oldest(d)) || !r.finishRestore() || !bytes.Equal(oldest(r), oldest(d)) {
+			t.Fatalf("round %d: the format before chunks does not restore", round)
 		}
 	}
 }
