@@ -211,6 +211,50 @@ func BenchmarkEdgeWear(b *testing.B) {
 			b.ReportMetric(float64(payloadBytes)/float64(sent), "payload-B/msg")
 		})
 	}
+	// slow: a gateway's usual load, 20 readings a second from 10 devices
+	// for 10 s, checkpoints every second: what each checkpoint writes. The
+	// edge has taken 20,000 readings first, so that its event-id dedup
+	// window (16,384 ids) is full, as it is after 14 minutes at that rate.
+	b.Run("slow", func(b *testing.B) {
+		m := testbroker.Start(b)
+		e := startWearEdge(b, m.Addr(), "127.0.0.1:19487")
+		pub := testbroker.NewPublisher(b, m.HostPort())
+		var d procIO
+		var m0, m1 map[string]float64
+		sent, payloadBytes := 0, 0
+		for ; sent < 20_000; sent++ {
+			p := fmt.Appendf(nil, `{"device":"sensor-%06d","seq":%d,"ts":%d,"temp":20.5}`, sent%10, sent, 1_767_225_600_000+int64(sent))
+			if err := pub.PublishAsync(context.Background(), "plant/north/temp", p, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		e.waitMetric(b, "runnel_edge_records_in_total", func(v int64) bool { return v >= int64(sent) })
+		sk := e.metric("runnel_edge_checkpoints_skipped_total")
+		e.waitMetric(b, "runnel_edge_checkpoints_skipped_total", func(v int64) bool { return v >= sk+2 })
+		for b.Loop() {
+			m0 = e.wearMetrics(b)
+			io0 := readProcIO(b, e.cmd.Process.Pid)
+			tick := time.NewTicker(50 * time.Millisecond)
+			for range 200 {
+				<-tick.C
+				p := fmt.Appendf(nil, `{"device":"sensor-%06d","seq":%d,"ts":%d,"temp":20.5}`, sent%10, sent, 1_767_225_600_000+int64(sent))
+				pub.MustPublish("plant/north/temp", p, 1)
+				sent++
+				payloadBytes += len(p)
+			}
+			tick.Stop()
+			e.waitMetric(b, "runnel_edge_records_in_total", func(v int64) bool { return v >= int64(sent) })
+			sk = e.metric("runnel_edge_checkpoints_skipped_total")
+			e.waitMetric(b, "runnel_edge_checkpoints_skipped_total", func(v int64) bool { return v >= sk+2 })
+			d = readProcIO(b, e.cmd.Process.Pid).sub(io0)
+			m1 = e.wearMetrics(b)
+		}
+		ck := m1["runnel_edge_checkpoints_total"] - m0["runnel_edge_checkpoints_total"]
+		b.ReportMetric(float64(d.WriteBytes)/float64(payloadBytes), "disk-B/B")
+		b.ReportMetric((m1["runnel_edge_state_written_bytes_total"]-m0["runnel_edge_state_written_bytes_total"])/ck, "bbolt-B/checkpoint")
+		b.ReportMetric(float64(d.WriteBytes)/ck, "disk-B/checkpoint")
+		b.ReportMetric(ck, "checkpoints")
+	})
 	b.Run("idle", func(b *testing.B) {
 		m := testbroker.Start(b)
 		e := startWearEdge(b, m.Addr(), "127.0.0.1:19486", "--checkpoint-interval", "100ms")

@@ -128,7 +128,7 @@ func (d *dedup) remove(r int) {
 
 // putChanges hands put the entries a checkpoint needs of the ring, given
 // the last committed barrier: the header, and each chunk changed since
-// that barrier (all of them before the first commit).
+// that barrier (every chunk in use before the first commit).
 func (d *dedup) putChanges(put func(key, value []byte), committed uint64) {
 	hdr := make([]byte, 0, dedupHeaderLen)
 	hdr = append(hdr, dedupMagic...)
@@ -141,8 +141,8 @@ func (d *dedup) putChanges(put func(key, value []byte), committed uint64) {
 	put([]byte{keyDedup}, append(hdr, full))
 	var buf []byte
 	for c, m := range d.mod {
-		if m < committed {
-			continue
+		if m < committed || !d.full && c*dedupChunk >= d.next {
+			continue // unchanged, or not used yet (restore reads up to next)
 		}
 		buf = appendIDs(buf[:0], d.ring[c*dedupChunk:min(len(d.ring), (c+1)*dedupChunk)])
 		put(dedupChunkKey(c), buf)
