@@ -254,6 +254,11 @@ func BenchmarkEdgeWear(b *testing.B) {
 		b.ReportMetric((m1["runnel_edge_state_written_bytes_total"]-m0["runnel_edge_state_written_bytes_total"])/ck, "bbolt-B/checkpoint")
 		b.ReportMetric(float64(d.WriteBytes)/ck, "disk-B/checkpoint")
 		b.ReportMetric(ck, "checkpoints")
+		for _, part := range []string{"state", "compaction", "outbox", "side"} {
+			name := "runnel_edge_checkpoint_stored_bytes_total/" + part
+			b.ReportMetric((m1[name]-m0[name])/ck, part+"-B/checkpoint")
+		}
+		b.ReportMetric((m1["runnel_edge_ingest_log_disk_bytes_total"]-m0["runnel_edge_ingest_log_disk_bytes_total"])/ck, "log-pages-B/checkpoint")
 	})
 	b.Run("idle", func(b *testing.B) {
 		m := testbroker.Start(b)
