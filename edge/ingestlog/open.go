@@ -44,12 +44,13 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 	}
 	// Spares beyond the number kept (the setting went down) go.
 	slices.Sort(spares)
+	removed := rec.RemovedTemp > 0
 	for len(spares) > l.opts.SpareSegments {
 		if err := l.fs.Remove(l.path(spares[0])); err != nil {
 			return rec, fmt.Errorf("ingestlog: open %s: remove %s: %w", l.dir, spares[0], err)
 		}
 		spares = spares[1:]
-		rec.RemovedTemp++
+		removed = true
 	}
 	for _, name := range spares {
 		f, err := l.fs.Open(l.path(name))
@@ -64,7 +65,7 @@ func (l *Log) recover(ctx context.Context) (Recovery, error) {
 		l.spares = append(l.spares, spare{name: name, size: size})
 		l.reserved.Add(size)
 	}
-	if rec.RemovedTemp > 0 && l.opts.Sync != SyncNever {
+	if removed && l.opts.Sync != SyncNever {
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			return rec, fmt.Errorf("ingestlog: open %s: sync directory: %w", l.dir, err)
 		}
