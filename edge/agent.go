@@ -282,7 +282,11 @@ func (n *node) edgeStatus(now time.Time) *runnelv1.EdgeStatus {
 	}
 	if next, acked := n.lastSeq.Load(), n.uplinkAck.Load(); next > acked+1 {
 		st.OutboxEntries = next - 1 - acked
-		st.OldestUnsentMs = max(0, now.UnixMilli()-n.uplinkAckAt.Load())
+		at, ok := n.unsent.oldest(acked + 1)
+		if !ok {
+			at = n.started.UnixMilli() // committed before this start
+		}
+		st.OldestUnsentMs = max(0, now.UnixMilli()-at)
 	}
 	if !a.prevAt.IsZero() {
 		if el := now.Sub(a.prevAt).Minutes(); el > 0 {

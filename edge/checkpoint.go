@@ -414,6 +414,9 @@ func (n *node) commit(id uint64, parts []ckptPart) error {
 	n.commitSide(&side, began)
 	n.deletedTo = max(n.deletedTo, n.pendingDeletedTo)
 	n.grewMu.Lock()
+	if entries > 0 {
+		n.unsent.committed(c.NextSeq-uint64(entries), time.Now().UnixMilli())
+	}
 	n.lastSeq.Store(c.NextSeq)
 	if entries > 0 {
 		close(n.grew)

@@ -143,6 +143,9 @@ type node struct {
 	pumpSeen    pumpSeen
 	uplinkAckAt atomic.Int64
 	started     time.Time
+	// unsent says when the outbox entries were committed: the age of the
+	// oldest the hub has not acked, for the fleet status.
+	unsent unsentAges
 
 	// logCovered is the log position the last committed checkpoint
 	// covers; logFreed the bound its segments were deleted before (the

@@ -2796,12 +2796,14 @@ type EdgeStatus struct {
 	AppliedGeneration uint64            `protobuf:"varint,1,opt,name=applied_generation,json=appliedGeneration,proto3" json:"applied_generation,omitempty"`
 	Pipelines         []*PipelineStatus `protobuf:"bytes,2,rep,name=pipelines,proto3" json:"pipelines,omitempty"`
 	OutboxEntries     uint64            `protobuf:"varint,3,opt,name=outbox_entries,json=outboxEntries,proto3" json:"outbox_entries,omitempty"`
-	OldestUnsentMs    int64             `protobuf:"varint,4,opt,name=oldest_unsent_ms,json=oldestUnsentMs,proto3" json:"oldest_unsent_ms,omitempty"`
-	DiskUsedBytes     int64             `protobuf:"varint,5,opt,name=disk_used_bytes,json=diskUsedBytes,proto3" json:"disk_used_bytes,omitempty"`
-	DiskCapBytes      int64             `protobuf:"varint,6,opt,name=disk_cap_bytes,json=diskCapBytes,proto3" json:"disk_cap_bytes,omitempty"`
-	RecordsPerMin     float64           `protobuf:"fixed64,7,opt,name=records_per_min,json=recordsPerMin,proto3" json:"records_per_min,omitempty"`
-	DeadPerMin        float64           `protobuf:"fixed64,8,opt,name=dead_per_min,json=deadPerMin,proto3" json:"dead_per_min,omitempty"`
-	LatePerMin        float64           `protobuf:"fixed64,9,opt,name=late_per_min,json=latePerMin,proto3" json:"late_per_min,omitempty"`
+	// oldest_unsent_ms: the age of the oldest outbox entry the hub has not
+	// acked, from the commit of the checkpoint that made it (0: none).
+	OldestUnsentMs int64   `protobuf:"varint,4,opt,name=oldest_unsent_ms,json=oldestUnsentMs,proto3" json:"oldest_unsent_ms,omitempty"`
+	DiskUsedBytes  int64   `protobuf:"varint,5,opt,name=disk_used_bytes,json=diskUsedBytes,proto3" json:"disk_used_bytes,omitempty"`
+	DiskCapBytes   int64   `protobuf:"varint,6,opt,name=disk_cap_bytes,json=diskCapBytes,proto3" json:"disk_cap_bytes,omitempty"`
+	RecordsPerMin  float64 `protobuf:"fixed64,7,opt,name=records_per_min,json=recordsPerMin,proto3" json:"records_per_min,omitempty"`
+	DeadPerMin     float64 `protobuf:"fixed64,8,opt,name=dead_per_min,json=deadPerMin,proto3" json:"dead_per_min,omitempty"`
+	LatePerMin     float64 `protobuf:"fixed64,9,opt,name=late_per_min,json=latePerMin,proto3" json:"late_per_min,omitempty"`
 	// apply_error: why the last desired set was refused (every problem).
 	ApplyError    string `protobuf:"bytes,10,opt,name=apply_error,json=applyError,proto3" json:"apply_error,omitempty"`
 	AtMs          int64  `protobuf:"varint,11,opt,name=at_ms,json=atMs,proto3" json:"at_ms,omitempty"`
