@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +58,13 @@ func TestCrashExactlyOnce(t *testing.T) {
 	// read and appended but not yet made durable or acknowledged.
 	t.Run("broker=mosquitto/uncommitted-batches", func(t *testing.T) {
 		crashExactlyOnce(t, false, "--ingest-log-sync-delay", "1s")
+	})
+	// With 16 KiB segments the log rolls every few hundred readings and
+	// writes each new segment over the spare file of one a checkpoint
+	// freed, so the kills land in segments that hold an older segment's
+	// bytes after their last frame.
+	t.Run("broker=mosquitto/spare-segments", func(t *testing.T) {
+		crashExactlyOnce(t, false, "--ingest-log-segment-size", "16KiB")
 	})
 }
 
@@ -154,7 +162,7 @@ func crashExactlyOnce(t *testing.T, embedded bool, extraArgs ...string) {
 	// embedded broker dies with each kill and its publishers wait for the
 	// next start, so there 20 kills come first and the stream is finished
 	// without.
-	kills := 0
+	kills, killedInRecycled := 0, 0
 	for kills < 20 || (!embedded && !isClosed(pubDone)) {
 		time.Sleep(time.Duration(50+rng.IntN(350)) * time.Millisecond)
 		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -162,6 +170,7 @@ func crashExactlyOnce(t *testing.T, embedded bool, extraArgs ...string) {
 		}
 		p.cmd.Wait()
 		kills++
+		killedInRecycled += recycledLast(filepath.Join(data, "log"))
 		p = start()
 	}
 	<-pubDone
@@ -193,6 +202,12 @@ func crashExactlyOnce(t *testing.T, embedded bool, extraArgs ...string) {
 		p = start()
 	}
 	t.Logf("crash test: %d SIGKILLs, %d readings, %d windows", kills, len(stream), len(want))
+	if slices.Contains(extraArgs, "--ingest-log-segment-size") {
+		t.Logf("%d kills left the log's last segment written over a spare file", killedInRecycled)
+		if killedInRecycled == 0 {
+			t.Error("no kill landed in a segment written over a spare file")
+		}
+	}
 	bad := 0
 	for k, w := range want {
 		if g := got[k]; g != w {
@@ -304,4 +319,19 @@ func readOutbox(t *testing.T, bin, data, specPath string) map[string][2]int64 {
 		}
 	}
 	return got
+}
+
+// recycledLast reports (1 or 0) whether the last segment of the ingest log
+// in dir was written over a spare file: its header's recycled flag
+// (docs/formats/ingest-log.md).
+func recycledLast(dir string) int {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.seg"))
+	if len(names) == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(slices.Max(names))
+	if err != nil || len(b) < 6 || b[4] != 2 || b[5]&1 == 0 {
+		return 0
+	}
+	return 1
 }
