@@ -126,7 +126,10 @@ func (n *node) registry() *prometheus.Registry {
 			return float64(file)
 		}))
 	}
-	gauge("runnel_edge_ingest_log_bytes", "Bytes of ingest log segments on disk.", func() float64 { return float64(n.log.Size()) })
+	gauge("runnel_edge_ingest_log_bytes", "Bytes of ingest log segments on disk, spare segment files included.", func() float64 { return float64(n.log.Size()) })
+	gauge("runnel_edge_ingest_log_spare_bytes", "Bytes of the ingest log's spare segment files (ingest_log.spare_segments) and of a spare's earlier contents in the segment written over it: disk held for the next segments, given back first near the disk cap.", func() float64 {
+		return float64(n.log.SpareBytes())
+	})
 	gauge("runnel_edge_state_bytes", "Bytes the state file holds as of the last commit: its pages less the free ones, which later commits reuse (outbox, side outputs, operator state and bbolt's own pages).", func() float64 { return float64(n.stateBytes()) })
 	gauge("runnel_edge_disk_used_bytes", "What counts toward disk_cap.bytes: the ingest log's segments and what the state file holds.", func() float64 { return float64(n.diskUsed()) })
 	gauge("runnel_edge_outbox_next_seq", "Sequence number of the next outbox entry.", func() float64 {

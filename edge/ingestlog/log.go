@@ -239,6 +239,11 @@ func (l *Log) First() Position {
 // too: they hold the disk. DropSpares gives them back.
 func (l *Log) Size() int64 { return l.size.Load() + l.buffered.Load() + l.reserved.Load() }
 
+// SpareBytes returns the part of Size that holds no record: the spare
+// files (Options.SpareSegments), and the earlier bytes of the spare the
+// active segment is written over, past its last frame.
+func (l *Log) SpareBytes() int64 { return l.reserved.Load() }
+
 // Append adds a copy of rec to the log and returns its position without
 // waiting for it to be durable: watch OnDurable, Durable or WaitDurable for
 // that, and only then acknowledge the message. When MaxUnsynced bytes are

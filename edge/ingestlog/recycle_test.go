@@ -131,10 +131,10 @@ func TestRecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRecords(t, got, want[first:], first)
-	before := l.Size()
+	before, spare := l.Size(), l.SpareBytes()
 	freed, err := l.DropSpares()
-	if err != nil || freed <= 0 || l.Size() != before-freed {
-		t.Fatalf("DropSpares: %d bytes, %v; Size %d -> %d", freed, err, before, l.Size())
+	if err != nil || freed <= 0 || l.Size() != before-freed || freed != spare || l.SpareBytes() != 0 {
+		t.Fatalf("DropSpares: %d bytes, %v; Size %d -> %d; SpareBytes %d -> %d", freed, err, before, l.Size(), spare, l.SpareBytes())
 	}
 	if onDisk, spares := dirBytes(t, fsys); spares != 0 || onDisk != l.Size() {
 		t.Fatalf("after DropSpares: %d spares, files %d bytes, Size %d", spares, onDisk, l.Size())
