@@ -410,7 +410,7 @@ func (l *Log) takeSpare() (string, File, int64, error) {
 func (l *Log) newSalt(f File) uint32 {
 	var b [segHeaderSize]byte
 	n, _ := f.ReadAt(b[:], 0)
-	old, v2 := uint32(0), n == segHeaderSize && segHeaderLen(b[:]) == segHeaderSize
+	old, v2 := uint32(0), n == segHeaderSize && string(b[:4]) == segMagic && b[4] == formatVersion
 	if v2 {
 		old = binary.LittleEndian.Uint32(b[16:20])
 	}

@@ -110,20 +110,6 @@ func saltSeed(salt uint32) uint32 {
 	return crc(b[:])
 }
 
-// segHeaderLen returns the header length of a segment whose first bytes
-// (at least 5) are b, or 0 when b is not a segment's beginning.
-func segHeaderLen(b []byte) int64 {
-	switch {
-	case string(b[0:4]) != segMagic:
-		return 0
-	case b[4] == 1:
-		return segHeaderSizeV1
-	case b[4] == formatVersion:
-		return segHeaderSize
-	}
-	return 0
-}
-
 // checkSegmentHeader verifies the segment header b of the file name, whose
 // name says its first position is first. b holds the header's bytes, at
 // least segHeaderSizeV1 and as many as its version lays out.
