@@ -1,6 +1,9 @@
 package operators
 
-import "encoding/binary"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // Redelivery dedup. MQTT QoS 1 redelivers a message whose PUBACK was lost,
 // for example when the edge crashed after the message was durable but before
@@ -152,7 +155,8 @@ func (d *dedup) putChanges(put func(key, value []byte), committed uint64) {
 func dedupChunkKey(c int) []byte { return []byte{keyDedup, byte(c >> 8), byte(c)} }
 
 // load takes one of the ring's checkpoint entries (key starts with
-// keyDedup); finishRestore applies them once all are read.
+// keyDedup); finishRestore applies them once all are read. It keeps copies:
+// a restore's values are valid during its call only.
 func (d *dedup) load(key, value []byte) bool {
 	if d.loaded == nil {
 		d.loaded = &storedRing{chunks: map[int][]byte{}}
@@ -160,7 +164,7 @@ func (d *dedup) load(key, value []byte) bool {
 	st := d.loaded
 	switch {
 	case len(key) == 3:
-		st.chunks[int(key[1])<<8|int(key[2])] = value
+		st.chunks[int(key[1])<<8|int(key[2])] = bytes.Clone(value)
 	case len(key) != 1:
 		return false
 	case len(value) == dedupHeaderLen && string(value[:len(dedupMagic)]) == dedupMagic:
@@ -171,7 +175,7 @@ func (d *dedup) load(key, value []byte) bool {
 		}
 		st.header, st.length, st.next, st.full = true, int(n), int(next), value[19] == 1
 	case len(value)%8 == 0:
-		st.legacy = value
+		st.legacy = bytes.Clone(value)
 	default:
 		return false
 	}

@@ -136,9 +136,12 @@ func TestDedupCheckpoints(t *testing.T) {
 				// A restart from the store: the state at the committed barrier.
 				r := newDedup(n)
 				for k, v := range store {
+					// A restore's values are valid during the call only.
+					v = bytes.Clone(v)
 					if !r.load([]byte(k), v) {
 						t.Fatalf("round %d: entry %q refused", round, k)
 					}
+					clear(v)
 				}
 				if !r.finishRestore() {
 					t.Fatalf("round %d: restore failed", round)
