@@ -51,24 +51,27 @@ func TestCrashExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: starts processes for several seconds")
 	}
-	t.Run("broker=mosquitto", func(t *testing.T) { crashExactlyOnce(t, false) })
-	t.Run("broker=embedded", func(t *testing.T) { crashExactlyOnce(t, true) })
+	t.Run("broker=mosquitto", func(t *testing.T) { crashExactlyOnce(t, false, 0) })
+	t.Run("broker=embedded", func(t *testing.T) { crashExactlyOnce(t, true, 0) })
 	// With a group commit every second (and Mosquitto keeping 1024
 	// messages in flight), almost every kill lands while a batch has been
 	// read and appended but not yet made durable or acknowledged.
 	t.Run("broker=mosquitto/uncommitted-batches", func(t *testing.T) {
-		crashExactlyOnce(t, false, "--ingest-log-sync-delay", "1s")
+		crashExactlyOnce(t, false, 0, "--ingest-log-sync-delay", "1s")
 	})
 	// With 16 KiB segments the log rolls every few hundred readings and
 	// writes each new segment over the spare file of one a checkpoint
-	// freed, so the kills land in segments that hold an older segment's
+	// freed; the stream is paced (2 ms a reading) so that it lasts through
+	// the kills, which then land in segments that hold an older segment's
 	// bytes after their last frame.
 	t.Run("broker=mosquitto/spare-segments", func(t *testing.T) {
-		crashExactlyOnce(t, false, "--ingest-log-segment-size", "16KiB")
+		crashExactlyOnce(t, false, 2*time.Millisecond, "--ingest-log-segment-size", "16KiB")
 	})
 }
 
-func crashExactlyOnce(t *testing.T, embedded bool, extraArgs ...string) {
+// crashExactlyOnce runs the crash test; pace, when not 0, is a pause
+// between two readings the Mosquitto publisher sends.
+func crashExactlyOnce(t *testing.T, embedded bool, pace time.Duration, extraArgs ...string) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "runnel-edge")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/runnel-edge").CombinedOutput(); err != nil {
@@ -154,6 +157,7 @@ func crashExactlyOnce(t *testing.T, embedded bool, extraArgs ...string) {
 					t.Errorf("publish: %v", err)
 					return
 				}
+				time.Sleep(pace)
 			}
 		}()
 	}
