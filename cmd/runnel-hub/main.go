@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/runnel-io/runnel/examples"
 	"github.com/runnel-io/runnel/hub"
@@ -154,7 +155,7 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 		ClientAuth: server.ClientAuth(c.TLS.ClientAuth), ClientCAFile: c.TLS.ClientCAFile,
 		EdgeTokens: c.Auth.EdgeTokens, APIToken: c.Auth.APIToken,
 		Fleet: fc, FleetEdgeMetrics: server.EdgeMetrics(c.Fleet.EdgeMetrics), Archive: ac,
-		Version: buildinfo.Version(), Logger: lg,
+		PollDelay: pollDelay(c.GRPC.PollDelay), Version: buildinfo.Version(), Logger: lg,
 	})
 	if err != nil {
 		return errors.Join(err, closeAll())
@@ -165,6 +166,15 @@ func run(ctx context.Context, args, environ []string, logOut io.Writer) error {
 	err = srv.Serve(ctx, c.ShutdownTimeout)
 	lg.Info("runnel-hub: stopping")
 	return errors.Join(err, closeAll())
+}
+
+// pollDelay is grpc.poll_delay as server.Config takes it: 0 (off) is
+// negative there.
+func pollDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // hasEnv reports whether environ sets name.

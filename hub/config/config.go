@@ -27,7 +27,7 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	MemoryLimit     int64 // bytes; 0: none
 	GCPercent       int   // debug.SetGCPercent unless GOGC is set
-	GRPC            Listener
+	GRPC            GRPCListener
 	HTTP            Listener
 	TLS             TLS
 	Insecure        bool
@@ -55,6 +55,14 @@ type Archive struct {
 
 // Listener is a listen address, host:port.
 type Listener struct{ Addr string }
+
+// GRPCListener is the gRPC listener, where the edges connect: PollDelay
+// is its epoll loop's (wire.Config.PollDelay); 0: a goroutine a
+// connection.
+type GRPCListener struct {
+	Addr      string
+	PollDelay time.Duration
+}
 
 // TLS is the certificate both listeners present (both files or
 // neither) and whether edges authenticate with client certificates of

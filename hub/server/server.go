@@ -109,6 +109,11 @@ type Config struct {
 	// GET /v1/archive/status (with a reader's token, like the results).
 	Archive ArchiveCore
 
+	// PollDelay is the edges' connections' epoll loop's wait after a
+	// round of reads (wire.Config.PollDelay); 0: wire's default (5 ms),
+	// negative: a goroutine a connection.
+	PollDelay time.Duration
+
 	Heartbeat time.Duration // SSE comment interval; default DefaultHeartbeat
 	Version   string        // reported by Health.Check (/v1/health) and /healthz; default buildinfo.Version()
 	Logger    *slog.Logger  // default slog.Default()
@@ -260,6 +265,7 @@ func New(core Core, cfg Config) (*Server, error) {
 		KeepaliveTime:    keepaliveTime,
 		KeepaliveTimeout: keepaliveTimeout,
 		MinPingInterval:  minPingInterval,
+		PollDelay:        cfg.PollDelay,
 		// An API method on an edge's connection: refused as the API
 		// would refuse it (an edge's certificate or token), else told
 		// where it is served.

@@ -51,6 +51,14 @@ type conn struct {
 	lastStream atomic.Uint32 // the highest stream id the client opened
 	lastRead   atomic.Int64  // UnixNano of the last frame read
 
+	// Once the poller serves the connection (Linux, plaintext): its
+	// socket, and who reads it. rbuf is then small, or big while a frame
+	// longer than small is partly read.
+	pfd   atomic.Pointer[pollFD] // set under mu, while no writer runs
+	state atomic.Int32           // stateIdle, stateRunning, stateAgain
+	small []byte
+	big   *[frameHeaderLen + maxFrameSize]byte
+
 	mu         sync.Mutex
 	streams    map[uint32]*Stream
 	out        []byte // frames queued for the socket
@@ -67,7 +75,21 @@ type conn struct {
 	// which clears its strikes (a client's flow-control pings follow what
 	// it receives).
 	responded bool
+	// A polled connection's writer waits for room in the socket
+	// (wblocked, since wblockedAt); wevents counts the poller's word that
+	// there is room.
+	wblocked   bool
+	wblockedAt time.Time
+	wevents    uint64
 }
+
+// A polled connection's state: no worker has it, a worker reads it, a
+// worker reads it and the poller said since that there is more.
+const (
+	stateIdle int32 = iota
+	stateRunning
+	stateAgain
+)
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, rw: nc, recvAvail: defaultWindow, sendAvail: defaultWindow, peerWindow: defaultWindow,
@@ -76,8 +98,12 @@ func newConn(s *Server, nc net.Conn) *conn {
 	return c
 }
 
-// errKeepalive closes a connection that did not answer a ping.
-var errKeepalive = errors.New("wire: the client did not answer a keepalive ping")
+// errKeepalive closes a connection that did not answer a ping,
+// errWriteTimeout a polled one that took nothing for WriteTimeout.
+var (
+	errKeepalive    = errors.New("wire: the client did not answer a keepalive ping")
+	errWriteTimeout = errors.New("wire: the client took nothing written for the write timeout")
+)
 
 // serve is the connection's first goroutine: TLS handshake, preface, the
 // first stream's method (sniff), then the hand-off, or a goroutine of
@@ -88,6 +114,9 @@ func (c *conn) serve() {
 	setUserTimeout(c.nc, c.s.cfg.KeepaliveTimeout)
 	err := c.start()
 	if err == nil {
+		if p := c.s.poller; p != nil && c.tls == nil && p.add(c) {
+			return
+		}
 		go c.loop()
 		return
 	}
@@ -109,12 +138,13 @@ func (c *conn) serve() {
 func (c *conn) loop() { c.end(c.readLoop()) }
 
 // end closes the connection after err (a connection error says GOAWAY
-// first) and lets the server forget it.
+// first) and lets the server forget it (a polled connection's close
+// does).
 func (c *conn) end(err error) {
-	defer func() {
-		c.s.forget(c, false)
-		c.s.wg.Done()
-	}()
+	pfd := c.pfd.Load()
+	if pfd == nil {
+		defer c.gone()
+	}
 	var ce connError
 	if errors.As(err, &ce) {
 		c.mu.Lock()
@@ -122,10 +152,20 @@ func (c *conn) end(err error) {
 		out := c.out
 		c.out = nil
 		c.mu.Unlock()
-		c.rw.SetWriteDeadline(time.Now().Add(time.Second))
-		c.rw.Write(out)
+		if pfd != nil {
+			pfd.write(out) // what the socket takes now
+		} else {
+			c.rw.SetWriteDeadline(time.Now().Add(time.Second))
+			c.rw.Write(out)
+		}
 	}
 	c.close(err)
+}
+
+// gone lets the server forget the connection, once.
+func (c *conn) gone() {
+	c.s.forget(c, false)
+	c.s.wg.Done()
 }
 
 // errHandOff is start's answer for a connection the fallback serves.
@@ -371,6 +411,9 @@ func (c *conn) readFull(p []byte) error {
 			n := copy(p, c.rbuf[c.rpos:c.rend])
 			c.rpos += n
 			p = p[n:]
+		case c.pfd.Load() != nil:
+			// The poller hands on whole frames only.
+			return io.ErrUnexpectedEOF
 		case len(p) >= len(c.rbuf):
 			_, err := io.ReadFull(c.rw, p)
 			return err
@@ -419,30 +462,160 @@ func (c *conn) readLoop() error {
 		if err := c.readFull(c.hdr[:]); err != nil {
 			return err
 		}
-		fh := parseFrameHeader(c.hdr[:])
 		c.lastRead.Store(time.Now().UnixNano())
-		if fh.length > maxFrameSize {
-			return connErrorf(codeFrameSize, "%v over %d bytes", fh, maxFrameSize)
-		}
-		if c.block != nil && fh.typ != frameContinuation {
-			return connErrorf(codeProtocol, "%v inside a header block", fh)
-		}
-		var err error
-		if fh.typ == frameData {
-			err = c.onData(fh)
-		} else {
-			buf := framePool.Get().(*[maxFrameSize]byte)
-			p := buf[:fh.length]
-			if err = c.readFull(p); err == nil {
-				err = c.onFrame(fh, p)
-			}
-			framePool.Put(buf)
-		}
-		if err != nil {
+		if err := c.frame(parseFrameHeader(c.hdr[:])); err != nil {
 			return err
 		}
 	}
 }
+
+// frame handles the frame whose header is fh: its payload is what
+// readFull reads next.
+func (c *conn) frame(fh frameHeader) error {
+	if fh.length > maxFrameSize {
+		return connErrorf(codeFrameSize, "%v over %d bytes", fh, maxFrameSize)
+	}
+	if c.block != nil && fh.typ != frameContinuation {
+		return connErrorf(codeProtocol, "%v inside a header block", fh)
+	}
+	if fh.typ == frameData {
+		return c.onData(fh)
+	}
+	if c.pfd.Load() != nil { // the payload is in rbuf
+		p := c.rbuf[c.rpos : c.rpos+int(fh.length)]
+		c.rpos += int(fh.length)
+		return c.onFrame(fh, p)
+	}
+	buf := framePool.Get().(*[maxFrameSize]byte)
+	defer framePool.Put(buf)
+	p := buf[:fh.length]
+	if err := c.readFull(p); err != nil {
+		return err
+	}
+	return c.onFrame(fh, p)
+}
+
+// process is a worker's turn with a polled connection: it handles the
+// whole frames buffered, reads what the socket has and handles it, until
+// the socket has no more, and once more if the poller said meanwhile
+// that it has.
+func (c *conn) process() {
+	for {
+		if err := c.readPolled(); err != nil {
+			c.end(err)
+			return
+		}
+		if c.state.CompareAndSwap(stateRunning, stateIdle) {
+			return
+		}
+		c.state.Store(stateRunning)
+	}
+}
+
+// readable is the poller's word that c has something to read: true when
+// a worker should take c (no worker has it).
+func (c *conn) readable() bool {
+	for {
+		switch c.state.Load() {
+		case stateIdle:
+			if c.state.CompareAndSwap(stateIdle, stateRunning) {
+				return true
+			}
+		case stateRunning:
+			if c.state.CompareAndSwap(stateRunning, stateAgain) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// readPolled handles the whole frames in rbuf, then reads the socket
+// into rbuf's room and handles what came, until a read leaves room (the
+// socket had no more: its next bytes are the poller's next event) or
+// finds nothing.
+func (c *conn) readPolled() error {
+	if err := c.frames(); err != nil {
+		return err
+	}
+	for {
+		room := len(c.rbuf) - c.rend
+		n, err := c.pfd.Load().read(c.rbuf[c.rend:])
+
+		switch {
+		case err == errWouldBlock:
+			return nil
+		case err != nil:
+			return err
+		case n == 0:
+			return io.EOF
+		}
+		c.rend += n
+		c.lastRead.Store(time.Now().UnixNano())
+		if err := c.frames(); err != nil {
+			return err
+		}
+		if n < room {
+			return nil
+		}
+	}
+}
+
+// frames handles every whole frame in rbuf, and leaves what is left of
+// one at rbuf's start, in a buffer that holds that frame whole.
+func (c *conn) frames() error {
+	for {
+		left := c.rend - c.rpos
+		if left < frameHeaderLen {
+			break
+		}
+		fh := parseFrameHeader(c.rbuf[c.rpos:])
+		if fh.length > maxFrameSize {
+			return connErrorf(codeFrameSize, "%v over %d bytes", fh, maxFrameSize)
+		}
+		if left < frameHeaderLen+int(fh.length) {
+			break
+		}
+		c.rpos += frameHeaderLen
+		if err := c.frame(fh); err != nil {
+			return err
+		}
+	}
+	need := readBufSize
+	left := c.rbuf[c.rpos:c.rend]
+	if len(left) >= frameHeaderLen {
+		need = max(need, frameHeaderLen+int(parseFrameHeader(left).length))
+	}
+	var to []byte
+	switch {
+	case need > readBufSize && c.big == nil:
+		c.big = bigPool.Get().(*[frameHeaderLen + maxFrameSize]byte)
+		to = c.big[:]
+	case need > readBufSize:
+		to = c.big[:]
+	default:
+		if c.small == nil {
+			c.small = make([]byte, readBufSize)
+		}
+		to = c.small
+	}
+	if c.rpos == 0 && len(c.rbuf) > 0 && &to[0] == &c.rbuf[0] {
+		return nil
+	}
+	c.rend = copy(to, left)
+	c.rpos = 0
+	c.rbuf = to
+	if need <= readBufSize && c.big != nil {
+		bigPool.Put(c.big)
+		c.big = nil
+	}
+	return nil
+}
+
+// bigPool holds the buffers of polled connections while a frame longer
+// than readBufSize is partly read.
+var bigPool = sync.Pool{New: func() any { return new([frameHeaderLen + maxFrameSize]byte) }}
 
 // stream returns the open stream id, nil if none.
 func (c *conn) stream(id uint32) *Stream {
@@ -868,10 +1041,10 @@ func (c *conn) write(async bool) {
 	}
 	c.writing = true
 	c.mu.Unlock()
-	if async {
+	if async && c.pfd.Load() == nil {
 		go c.flush()
 	} else {
-		c.flush()
+		c.flush() // a polled connection's writes never wait
 	}
 }
 
@@ -891,12 +1064,48 @@ func (c *conn) flush() {
 		}
 		buf := c.out
 		c.out = nil
+		events := c.wevents
+		pfd := c.pfd.Load()
 		c.mu.Unlock()
-		c.rw.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-		if _, err := c.rw.Write(buf); err != nil {
+		if pfd == nil {
+			c.rw.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+			if _, err := c.rw.Write(buf); err != nil {
+				c.close(err)
+				return
+			}
+			continue
+		}
+		n, err := pfd.write(buf)
+		if err == errWouldBlock {
+			// The socket is full: the poller's word that it has room
+			// again (writable) resumes the writing, unless it came
+			// already.
+			c.mu.Lock()
+			c.out = append(buf[n:len(buf):len(buf)], c.out...)
+			if c.wevents == events && !c.closed {
+				c.wblocked, c.wblockedAt = true, time.Now()
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
+			continue
+		}
+		if err != nil {
 			c.close(err)
 			return
 		}
+	}
+}
+
+// writable is the poller's word that c's socket has room again.
+func (c *conn) writable() {
+	c.mu.Lock()
+	c.wevents++
+	resume := c.wblocked
+	c.wblocked = false
+	c.mu.Unlock()
+	if resume {
+		go c.flush()
 	}
 }
 
@@ -931,8 +1140,14 @@ func (c *conn) close(err error) {
 	}
 	c.streams = nil
 	c.out = nil
+	pfd := c.pfd.Load()
 	c.mu.Unlock()
-	c.nc.Close()
+	if pfd != nil {
+		c.s.poller.remove(c)
+		defer c.gone()
+	} else {
+		c.nc.Close()
+	}
 	why := status.New(codes.Unavailable, "wire: the connection closed")
 	if errors.Is(err, errShutdown) {
 		why = status.New(codes.Unavailable, "wire: server shutting down")
@@ -982,6 +1197,11 @@ func (c *conn) keepalive(now time.Time) {
 	c.mu.Lock()
 	if c.closed || !c.served {
 		c.mu.Unlock()
+		return
+	}
+	if c.wblocked && now.Sub(c.wblockedAt) > c.s.cfg.WriteTimeout {
+		c.mu.Unlock()
+		c.close(errWriteTimeout)
 		return
 	}
 	if c.pingOut {

@@ -166,7 +166,7 @@ func startRaw(t *testing.T, cfg Config) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(cfg)
+	s := NewForTest(cfg)
 	s.Handle(testMethod, &checkHandler{t: t})
 	done := make(chan struct{})
 	go func() { s.Serve(lis); close(done) }()
@@ -388,7 +388,7 @@ func TestFlowControl(t *testing.T) {
 // TestFlowControlViolation: DATA past the connection's window is an
 // error of the connection; past a stream's, an error of the stream only.
 func TestFlowControlViolation(t *testing.T) {
-	s := New(Config{})
+	s := NewForTest(Config{})
 	h := &checkHandler{t: t}
 	s.Handle(testMethod, h)
 	s.startWorkers()
@@ -458,7 +458,7 @@ func FuzzConn(f *testing.F) {
 	f.Add(append(appendFrameHeader(nil, 3, frameHeaders, 0, 5), 0x82, 0x84, 0x86))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := New(Config{MaxRecvMsgSize: 1 << 16, StreamWindow: 1 << 16, ConnWindow: 1 << 16, MaxQueued: 1 << 16})
+		s := NewForTest(Config{MaxRecvMsgSize: 1 << 16, StreamWindow: 1 << 16, ConnWindow: 1 << 16, MaxQueued: 1 << 16})
 		s.fallback.Close()
 		h := &checkHandler{t: t}
 		s.Handle(testMethod, h)
@@ -485,3 +485,102 @@ func FuzzConn(f *testing.F) {
 }
 
 var _ = strings.Contains
+
+// TestSlowReader: a client that reads nothing while the answers fill its
+// socket gets every one of them, in order, once it reads (a polled
+// connection's writer waits for the poller's word that there is room);
+// a client that reads nothing for WriteTimeout is closed.
+func TestSlowReader(t *testing.T) {
+	s, addr := startRaw(t, Config{WriteTimeout: time.Second, MaxQueued: 64 << 20})
+	// 21 MB of answers: past both sockets' buffers (at most 4 and 6 MiB
+	// here, net.ipv4.tcp_wmem and tcp_rmem). Capitals: "e…" ends a stream.
+	const n, size = 1400, 15_000
+	send := func(c net.Conn) chan error {
+		b := append([]byte(clientPreface), appendSettings(nil, setting{settingInitialWindowSize, 1 << 30})...)
+		b = appendWindowUpdate(b, 0, 1<<30)
+		b = append(b, requestHeaders(1)...)
+		for i := range n {
+			b = append(b, message(1, bytes.Repeat([]byte{'A' + byte(i%26)}, size), false)...)
+		}
+		done := make(chan error, 1)
+		go func() {
+			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			_, err := c.Write(b)
+			done <- err
+		}()
+		return done
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	c := dial()
+	if err := <-send(c); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the server's writes meet a full socket
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var msg []byte // DATA of stream 1, gathered
+	got := 0
+	var hdr [frameHeaderLen]byte
+	for got < n {
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			t.Fatalf("after %d of %d answers: %v", got, n, err)
+		}
+		fh := parseFrameHeader(hdr[:])
+		p := make([]byte, fh.length)
+		if _, err := io.ReadFull(c, p); err != nil {
+			t.Fatalf("answer %d of %d: %v", got, n, err)
+		}
+		if fh.typ == frameRSTStream || fh.typ == frameGoAway || fh.typ == frameHeaders && fh.has(flagEndStream) {
+			t.Fatalf("after %d of %d answers: %v %q", got, n, fh, p)
+		}
+		if fh.typ != frameData {
+			continue
+		}
+		for msg = append(msg, p...); len(msg) >= msgPrefixLen; {
+			l := int(binary.BigEndian.Uint32(msg[1:]))
+			if len(msg) < msgPrefixLen+l {
+				break
+			}
+			var v wrapperspb.BytesValue
+			if err := proto.Unmarshal(msg[msgPrefixLen:msgPrefixLen+l], &v); err != nil {
+				t.Fatal(err)
+			}
+			if want := bytes.Repeat([]byte{'A' + byte(got%26)}, size); !bytes.Equal(v.Value, want) {
+				t.Fatalf("answer %d: %.10q…, want %.10q…", got, v.Value, want)
+			}
+			got++
+			msg = msg[msgPrefixLen+l:]
+		}
+	}
+
+	c.Close()
+	conns := func(want int, within time.Duration) bool {
+		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if s.Stats().Conns == want {
+				return true
+			}
+		}
+		return false
+	}
+	if !conns(0, 5*time.Second) {
+		t.Fatal("the first connection is still served after the client closed it")
+	}
+	c = dial()
+	sent := send(c)
+	if !conns(1, 5*time.Second) {
+		t.Fatal("the second connection is not served")
+	}
+	start := time.Now()
+	if !conns(0, 5*time.Second) { // WriteTimeout, and the sweep's 2 s
+		t.Fatalf("a client that read nothing for %v is still served", time.Since(start))
+	}
+	c.Close()
+	<-sent
+}

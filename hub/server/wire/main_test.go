@@ -1,9 +1,29 @@
 package wire_test
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
+	"github.com/runnel-io/runnel/hub/server/wire"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests with the poller serving plaintext connections
+// (Linux), then with a goroutine for each connection, and checks that no
+// goroutine is left.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		fmt.Println("wire: again, a goroutine a connection")
+		wire.SetGoroutinesOnly(true)
+		code = m.Run()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

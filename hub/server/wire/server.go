@@ -66,6 +66,14 @@ type Config struct {
 	// shrinks to the least, however deep a handler goes. Default 16.
 	Workers int
 
+	// PollDelay is how long the poller that serves plaintext connections
+	// past their first stream (Linux) waits after a round of events
+	// before it looks again: the longer, the more of what 10,000 edges
+	// send one wake-up takes, and the later a message is handled (by at
+	// most that). Default 5 ms; negative: no poller, every connection on
+	// a goroutine of its own (as TLS connections are).
+	PollDelay time.Duration
+
 	// Unhandled, when set, says how a stream of a method without a
 	// handler ends, on a connection served here: the status of the error
 	// it returns (a nil error is Unimplemented). Default: Unimplemented.
@@ -104,6 +112,9 @@ func (c *Config) ensureDefaults() {
 	dur(&c.KeepaliveTimeout, 20*time.Second)
 	dur(&c.MinPingInterval, 10*time.Second)
 	dur(&c.WriteTimeout, 20*time.Second)
+	if c.PollDelay == 0 {
+		c.PollDelay = 5 * time.Millisecond
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -120,6 +131,7 @@ type Server struct {
 
 	work    chan task      // to the workers
 	workers sync.WaitGroup // they end after every connection has
+	poller  *poller        // nil: a goroutine a connection
 
 	mu       sync.Mutex
 	lis      net.Listener
@@ -179,6 +191,13 @@ func (s *Server) Serve(lis net.Listener) error {
 	s.lis = lis
 	s.fallback.setAddr(lis.Addr())
 	s.startWorkers()
+	if s.poller == nil && s.cfg.PollDelay > 0 {
+		p, err := newPoller(s)
+		if err != nil {
+			s.cfg.Logger.Warn("wire: no poller: a goroutine a connection", "err", err)
+		}
+		s.poller = p
+	}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
@@ -275,6 +294,9 @@ func (s *Server) Shutdown(ctx context.Context, st *status.Status) error {
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
+		if s.poller != nil {
+			s.poller.stop()
+		}
 		s.stopWorkers()
 		close(done)
 	}()
@@ -284,22 +306,32 @@ func (s *Server) Shutdown(ctx context.Context, st *status.Status) error {
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
+	conns = conns[:0]
 	for c := range s.conns {
-		c.close(errShutdown)
+		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	for _, c := range conns { // outside s.mu: a polled connection's close forgets it
+		c.close(errShutdown)
+	}
 	<-done
 	return ctx.Err()
 }
 
-// task is a handler's call for a worker: fn, then a word on done.
+// task is a handler's call for a worker: fn, then a word on done (if
+// any); or a polled connection's turn (conn.process).
 type task struct {
 	fn   func()
 	done chan struct{}
 }
 
-// call runs fn on a worker for c's goroutine, which waits for it.
+// call runs fn on a worker for c's goroutine, which waits for it; a
+// polled connection is on a worker already.
 func (s *Server) call(c *conn, fn func()) {
+	if c.pfd.Load() != nil {
+		fn()
+		return
+	}
 	if c.done == nil {
 		c.done = make(chan struct{}, 1)
 	}
@@ -314,7 +346,9 @@ func (s *Server) startWorkers() {
 		s.workers.Go(func() {
 			for t := range s.work {
 				t.fn()
-				t.done <- struct{}{}
+				if t.done != nil {
+					t.done <- struct{}{}
+				}
 			}
 		})
 	}

@@ -128,7 +128,7 @@ func startServer(t *testing.T, cfg wire.Config, gopts ...grpc.ServerOption) *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{w: wire.New(cfg), e: &echo{}, addr: lis.Addr().String()}
+	ts := &testServer{w: wire.NewForTest(cfg), e: &echo{}, addr: lis.Addr().String()}
 	ts.w.Handle(echoMethod, ts.e)
 	if cfg.TLS != nil {
 		gopts = append(gopts, grpc.Creds(wire.PassthroughCredentials{}))
@@ -604,7 +604,7 @@ func TestAcceptOutOfFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := wire.New(wire.Config{})
+	w := wire.NewForTest(wire.Config{})
 	e := &echo{}
 	w.Handle(echoMethod, e)
 	served := make(chan error, 1)
