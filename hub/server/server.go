@@ -110,7 +110,7 @@ type Config struct {
 	Archive ArchiveCore
 
 	// PollDelay is the edges' connections' epoll loop's wait after a
-	// round of reads (wire.Config.PollDelay); 0: wire's default (5 ms),
+	// round of reads (wire.Config.PollDelay); 0: wire's default (20 ms),
 	// negative: a goroutine a connection.
 	PollDelay time.Duration
 

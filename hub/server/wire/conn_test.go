@@ -584,3 +584,81 @@ func TestSlowReader(t *testing.T) {
 	c.Close()
 	<-sent
 }
+
+// blockingHandler echoes, but holds a message "block" until release
+// closes.
+type blockingHandler struct {
+	release chan struct{}
+	held    chan struct{} // a "block" is held
+}
+
+type blockingStream struct {
+	h  *blockingHandler
+	st *Stream
+}
+
+func (h *blockingHandler) Open(st *Stream) (Receiver, error) { return &blockingStream{h, st}, nil }
+
+func (s *blockingStream) Message(m []byte) error {
+	var v wrapperspb.BytesValue
+	if err := proto.Unmarshal(m, &v); err != nil {
+		return err
+	}
+	if string(v.Value) == "block" {
+		s.h.held <- struct{}{}
+		<-s.h.release
+	}
+	return s.st.Send(&v)
+}
+
+func (*blockingStream) CloseSend()   {}
+func (*blockingStream) Closed(error) {}
+
+// TestSlowHandler: a handler that holds its message holds back its own
+// connection and no other (the poller calls another worker when its
+// queue does not move).
+func TestSlowHandler(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewForTest(Config{})
+	h := &blockingHandler{release: make(chan struct{}), held: make(chan struct{}, 1)}
+	s.Handle(testMethod, h)
+	done := make(chan struct{})
+	go func() { s.Serve(lis); close(done) }()
+	defer func() {
+		s.Shutdown(t.Context(), nil)
+		<-done
+	}()
+	defer close(h.release)
+
+	// Each message later than its stream, so that it is read from the
+	// poller's queue, not with the stream's first bytes.
+	a := dialRaw(t, lis.Addr().String())
+	a.open(1)
+	var bs []*rawClient
+	for range 3 {
+		b := dialRaw(t, lis.Addr().String())
+		b.open(1)
+		bs = append(bs, b)
+	}
+	time.Sleep(50 * time.Millisecond)
+	// The first wakes the poller, which sleeps PollDelay after its round:
+	// the held one and the next come in the next round together.
+	bs[0].write(message(1, []byte("hello"), false))
+	a.write(message(1, []byte("block"), false))
+	for _, b := range bs[1:] {
+		b.write(message(1, []byte("hello"), false))
+	}
+	select {
+	case <-h.held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the blocking message was not handled")
+	}
+	for i, b := range bs {
+		if f := b.waitFor(frameData); len(f.p) == 0 {
+			t.Fatalf("connection %d: an empty answer", i)
+		}
+	}
+}

@@ -70,7 +70,7 @@ type Config struct {
 	// past their first stream (Linux) waits after a round of events
 	// before it looks again: the longer, the more of what 10,000 edges
 	// send one wake-up takes, and the later a message is handled (by at
-	// most that). Default 5 ms; negative: no poller, every connection on
+	// most that). Default 20 ms; negative: no poller, every connection on
 	// a goroutine of its own (as TLS connections are).
 	PollDelay time.Duration
 
@@ -113,7 +113,7 @@ func (c *Config) ensureDefaults() {
 	dur(&c.MinPingInterval, 10*time.Second)
 	dur(&c.WriteTimeout, 20*time.Second)
 	if c.PollDelay == 0 {
-		c.PollDelay = 5 * time.Millisecond
+		c.PollDelay = 20 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
