@@ -542,7 +542,6 @@ func (c *conn) readPolled() error {
 	for {
 		room := len(c.rbuf) - c.rend
 		n, err := c.pfd.Load().read(c.rbuf[c.rend:])
-
 		switch {
 		case err == errWouldBlock:
 			return nil

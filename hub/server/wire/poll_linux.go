@@ -147,6 +147,7 @@ func (p *poller) add(c *conn) bool {
 	}
 	c.pfd.Store(&pollFD{fd: fd})
 	c.mu.Unlock()
+	c.small = c.rbuf // start's: frames moves what pending leaves into it
 	c.rbuf, c.rpos, c.rend, c.pending = c.pending, 0, len(c.pending), nil
 	c.nc.Close() // Go's poller lets go of the socket; the dup holds it
 	c.s.work <- task{fn: c.process}

@@ -192,7 +192,7 @@ func (s *Server) Serve(lis net.Listener) error {
 	s.fallback.setAddr(lis.Addr())
 	s.startWorkers()
 	if s.poller == nil && s.cfg.PollDelay > 0 {
-		p, err := newPoller(s)
+		p, err := newPoller(s) // nil without epoll
 		if err != nil {
 			s.cfg.Logger.Warn("wire: no poller: a goroutine a connection", "err", err)
 		}
