@@ -40,7 +40,7 @@ func (h *Hub) Hello(edgeID string, epoch, nextSeq uint64) (Resume, error) {
 		e.adopt(epoch)
 	}
 	e.lastSeen = now
-	e.dirty = true
+	h.touch(e)
 	_ = nextSeq // an edge behind the hub finds out from the answer
 	return Resume{Epoch: e.epoch, AckedSeq: e.ackedSeq()}, nil
 }
@@ -80,10 +80,10 @@ func (h *Hub) edgeFor(id string, epoch uint64) *edge {
 		epoch: epoch,
 		wm:    make([]int64, n),
 		hasWM: make([]bool, n),
-		dirty: true,
 	}
 	h.edges = append(h.edges, e)
 	h.edgeIdx[id] = e.idx
+	h.touch(e)
 	return e
 }
 
@@ -159,7 +159,7 @@ func (h *Hub) Apply(b *runnelv1.Batch) error {
 	}
 
 	e.lastSeen = now
-	e.dirty = true
+	h.touch(e)
 	nowMs := now.UnixMilli()
 	if len(b.Partials) > 0 && b.LastSeq <= applied {
 		h.stats.BatchesDup++
@@ -215,7 +215,7 @@ func (h *Hub) applyWatermarks(cat *catalog, now time.Time, e *edge, wms []*runne
 			h.parkWatermark(now.UnixMilli(), e, wm.Pipeline, wm.Revision, w)
 			continue
 		}
-		e.takeWatermark(pp.idx, w)
+		h.takeWatermark(e, pp.idx, w)
 	}
 }
 
@@ -235,11 +235,21 @@ func (pp *pipe) heldAt(w, bound int64) int64 {
 	return min(w, bound)
 }
 
-// takeWatermark raises the edge's watermark of pipe i to w.
-func (e *edge) takeWatermark(i int, w int64) {
+// takeWatermark raises e's watermark of pipe i to w. Caller holds h.mu.
+func (h *Hub) takeWatermark(e *edge, i int, w int64) {
 	if !e.hasWM[i] || w > e.wm[i] {
 		e.wm[i] = w
 		e.hasWM[i] = true
+		h.wmGen++
+	}
+}
+
+// touch marks e's record to be written at the next commit. Caller holds
+// h.mu.
+func (h *Hub) touch(e *edge) {
+	if !e.dirty {
+		e.dirty = true
+		h.dirtyEdges = append(h.dirtyEdges, e)
 	}
 }
 

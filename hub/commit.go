@@ -264,9 +264,9 @@ func (h *Hub) prepare(ws *writeSet) {
 
 	h.prepareParked(ws, emitted)
 
-	for _, e := range h.edges {
+	for _, e := range h.dirtyEdges {
 		if !e.dirty {
-			continue
+			continue // restored clean after it was touched, or listed twice
 		}
 		e.dirty = false
 		rec := edgeRecord{epoch: e.epoch, acked: e.applied, lastSeen: e.lastSeen.UnixNano()}
@@ -279,6 +279,8 @@ func (h *Hub) prepare(ws *writeSet) {
 		ws.addRecord(opPutEdge, 0, 0, []byte(e.id), ws.scratch)
 		ws.acks = append(ws.acks, ackTo{e: e, epoch: e.epoch, seq: e.applied})
 	}
+	clear(h.dirtyEdges)
+	h.dirtyEdges = h.dirtyEdges[:0]
 	for _, pp := range pipes {
 		if !pp.dirty {
 			continue
@@ -295,24 +297,24 @@ func (h *Hub) prepare(ws *writeSet) {
 // any of them reported: each edge's windows were complete up to its own
 // watermark, and the others' later partials become new versions. It never
 // goes past the hub's clock plus MaxFuture.
+//
+// The edges are looked at again only when an edge's watermark was raised
+// (Hub.wmGen) or one of the live edges it waits for stops being live: a
+// commit of a fleet between two windows' batches does not visit 10,000
+// edges 50 times a second. An edge heard from again after EdgeTimeout
+// needs no new look: it can only lower the lowest of the live edges'
+// watermarks, which the pipe's watermark, never moving back, ignores.
 func (h *Hub) advanceWatermark(pp *pipe, now time.Time) {
-	lo, live := int64(math.MaxInt64), false
-	hi, any := int64(math.MinInt64), false
-	for _, e := range h.edges {
-		if !e.hasWM[pp.idx] {
-			continue
-		}
-		w := e.wm[pp.idx]
-		hi, any = max(hi, w), true
-		if h.live(e, now) {
-			lo, live = min(lo, w), true
-		}
+	sc := &pp.wmScan
+	if sc.gen != h.wmGen || !now.Before(sc.until) {
+		*sc = h.scanWatermarks(pp.idx, now)
 	}
-	if !any {
+	if !sc.any {
 		return
 	}
-	if !live {
-		lo = hi
+	lo := sc.lo
+	if !sc.live {
+		lo = sc.hi
 	}
 	// Edges' watermarks are held at the bound of their time; this bounds
 	// the highest by the clock now as well.
@@ -321,6 +323,46 @@ func (h *Hub) advanceWatermark(pp *pipe, now time.Time) {
 		pp.wm, pp.hasWM = lo, true
 		pp.dirty = true
 	}
+}
+
+// wmScan is what advanceWatermark found in the edges' watermarks of one
+// pipe: the lowest of the live edges' (lo, when live), the highest of all
+// (hi, when any); valid while Hub.wmGen is gen and until until, when the
+// first of the live edges stops being live.
+type wmScan struct {
+	gen       uint64
+	until     time.Time
+	lo, hi    int64
+	live, any bool
+}
+
+// scanWatermarks looks at every edge's watermark of pipe i. Caller holds
+// h.mu.
+func (h *Hub) scanWatermarks(i int, now time.Time) wmScan {
+	sc := wmScan{gen: h.wmGen, lo: math.MaxInt64, hi: math.MinInt64, until: now.Add(h.cfg.EdgeTimeout)}
+	for _, e := range h.edges {
+		if !e.hasWM[i] {
+			continue
+		}
+		w := e.wm[i]
+		sc.hi, sc.any = max(sc.hi, w), true
+		if h.live(e, now) {
+			sc.lo, sc.live = min(sc.lo, w), true
+			if end := h.liveUntil(e); end.Before(sc.until) {
+				sc.until = end
+			}
+		}
+	}
+	return sc
+}
+
+// liveUntil is when e stops being live unless heard from before.
+func (h *Hub) liveUntil(e *edge) time.Time {
+	seen := e.lastSeen
+	if h.opened.After(seen) {
+		seen = h.opened
+	}
+	return seen.Add(h.cfg.EdgeTimeout).Add(time.Nanosecond)
 }
 
 // live reports whether e was heard from within EdgeTimeout. The hub's own

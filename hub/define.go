@@ -173,8 +173,8 @@ func (h *Hub) takeClass(pp *pipe, load *classLoad) {
 	for _, w := range load.wms {
 		if i, ok := h.edgeIdx[w.edge]; ok {
 			e := h.edges[i]
-			e.takeWatermark(pp.idx, pp.heldAt(w.wm, bound))
-			e.dirty = true
+			h.takeWatermark(e, pp.idx, pp.heldAt(w.wm, bound))
+			h.touch(e)
 		}
 	}
 	h.residentFrom = max(h.residentFrom, pp.residentFrom)

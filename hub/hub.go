@@ -318,6 +318,11 @@ type Hub struct {
 	keyGroups int
 	resident  int64     // cfg.Resident in ms
 	opened    time.Time // cfg.Now() at Open: every edge counts as heard from then
+	// wmGen counts the edges' watermarks raised (advanceWatermark).
+	wmGen uint64
+	// dirtyEdges lists the edges whose record the next commit writes
+	// (touch): a commit does not visit every edge to find them.
+	dirtyEdges []*edge
 
 	// commitMu serialises commits; it is taken before mu, never after.
 	commitMu sync.Mutex

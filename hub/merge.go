@@ -62,7 +62,8 @@ type pipe struct {
 
 	wm        int64 // hub watermark, valid when hasWM
 	hasWM     bool
-	expiredTo int64 // windows ending before this were deleted; partials for them are dropped
+	wmScan    wmScan // advanceWatermark's last look at the edges
+	expiredTo int64  // windows ending before this were deleted; partials for them are dropped
 	// residentFrom: a window ending at or after it is in memory if it
 	// exists at all; one ending before it may be in the store only
 	// (evicted), and a partial for it looks there first.
@@ -116,14 +117,14 @@ type edge struct {
 	lastSeen          time.Time
 	wm                []int64 // per pipe.idx, valid where hasWM
 	hasWM             []bool
-	dirty             bool
+	dirty             bool  // its record awaits the next commit (Hub.touch)
 	parked            int64 // bytes parked (park.go), written or not
 }
 
+// adopt moves e to epoch; the caller marks it dirty (Hub.touch).
 func (e *edge) adopt(epoch uint64) {
 	e.epoch = epoch
 	e.applied = 0
-	e.dirty = true
 }
 
 // ackedSeq is the durable sequence of the edge's current epoch.

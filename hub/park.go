@@ -494,7 +494,8 @@ func (h *Hub) dropUnparkable(u *unparked, pp *pipe, e *edge, pk *parkedKey, reas
 // pp.
 func (h *Hub) unparkWatermark(pp *pipe, e *edge, w int64) {
 	if i := pp.idx; !e.hasWM[i] || w > e.wm[i] {
-		e.wm[i], e.hasWM[i], e.dirty = w, true, true
+		h.takeWatermark(e, i, w)
+		h.touch(e)
 	}
 }
 

@@ -181,3 +181,39 @@ func BenchmarkEdgeMemory10k(b *testing.B) {
 	b.ReportMetric(heap, "heap-B/edge")
 	b.ReportMetric(float64(st.Size())/n, "file-B/edge")
 }
+
+// BenchmarkFlushStatus: writing the statuses that are due to the store,
+// as the background goroutine does every Tick: 10,000 edges report every
+// 10 s and each metric-only status is written once a StatusWriteEvery,
+// so with the edges' reports staggered a tick writes about 1,000 of them
+// (the edges that reported in the last second) when they fall due
+// together, as they do after a start. An op is one edge's write (fsync
+// included, shared by the tick's writes).
+func BenchmarkFlushStatus(b *testing.B) {
+	f, err := fleet.Open(b.TempDir(), fleet.Options{Tick: -1, StatusWriteEvery: time.Nanosecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	const n, perTick = 10_000, 1_000
+	ids, cancel := registerFleet(b, f, n)
+	defer cancel()
+	if err := f.FlushStatus(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		st := typicalStatus(0)
+		st.RecordsPerMin = float64(i)
+		if err := f.Status(ids[i%n], st); err != nil {
+			b.Fatal(err)
+		}
+		i++
+		if i%perTick == 0 {
+			if err := f.FlushStatus(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -50,7 +50,8 @@ const (
 
 // Keepalive: a connection silent for keepaliveTime is pinged, and closed
 // when it stays silent keepaliveTimeout after; a client may ping every
-// minPingInterval (edges ping every 20 s to keep NAT state).
+// minPingInterval (edges ping after a minute without a frame from the
+// hub: uplink.Keepalive).
 const (
 	keepaliveTime    = time.Minute
 	keepaliveTimeout = 20 * time.Second

@@ -30,7 +30,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/runnel-io/runnel/edge"
 	"github.com/runnel-io/runnel/edge/ingestlog"
@@ -1034,8 +1033,8 @@ func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent
 // it) as a percentage of one core; its RSS, sampled every second (the
 // most and the mean); the most above its RSS at start, per edge; and the
 // time of a /metrics scrape after it. perconn=1 is the field: each edge
-// on a connection of its own, which pings every 20 s as the edge's uplink
-// does; perconn=100 puts 100 edges' streams on one connection, which
+// on a connection of its own, which pings as the edge's uplink does
+// (uplink.Keepalive); perconn=100 puts 100 edges' streams on one connection, which
 // tells the connections' share of the cost from the streams'. With
 // ",uplink" each edge also holds its uplink stream, idle after its
 // Resume, as a real edge does between two windows' batches.
@@ -1096,7 +1095,7 @@ func BenchmarkHub10kEdges(b *testing.B) {
 
 // benchHubEdges runs one case of BenchmarkHub10kEdges; with ca, the hub
 // serves TLS with its certificate and the clients verify it.
-func benchHubEdges(b *testing.B, hubBin string, n, perConn int, uplink bool, window time.Duration, profDir string, ca *testcert.Files) {
+func benchHubEdges(b *testing.B, hubBin string, n, perConn int, withUplink bool, window time.Duration, profDir string, ca *testcert.Files) {
 	const interval = 10 * time.Second
 	dir := b.TempDir()
 	var tokens strings.Builder
@@ -1164,7 +1163,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, uplink bool, win
 		if i%perConn == 0 {
 			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 				// As the edge's uplink dials.
-				grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+				grpc.WithKeepaliveParams(uplink.Keepalive),
 				// The simulator's side of 10,000 connections: small buffers.
 				grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10))
 			if err != nil {
@@ -1172,7 +1171,7 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, uplink bool, win
 			}
 			conns = append(conns, conn)
 		}
-		sim := &scaleSim{id: id, conn: conns[len(conns)-1], uplink: uplink}
+		sim := &scaleSim{id: id, conn: conns[len(conns)-1], uplink: withUplink}
 		offset := interval * time.Duration(i) / time.Duration(n)
 		wg.Go(func() {
 			if err := sim.run(ctx, offset, interval, &sent); err != nil && ctx.Err() == nil {

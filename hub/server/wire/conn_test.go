@@ -579,7 +579,7 @@ func TestSlowReader(t *testing.T) {
 		t.Fatal("the second connection is not served")
 	}
 	start := time.Now()
-	if !conns(0, 5*time.Second) { // WriteTimeout, and the sweep's 2 s
+	if !conns(0, 5*time.Second) { // WriteTimeout, and the sweep's quarter of it
 		t.Fatalf("a client that read nothing for %v is still served", time.Since(start))
 	}
 	c.Close()
