@@ -187,8 +187,8 @@ func BenchmarkEdgeMemory10k(b *testing.B) {
 // 10 s and each metric-only status is written once a StatusWriteEvery,
 // so with the edges' reports staggered a tick writes about 1,000 of them
 // (the edges that reported in the last second) when they fall due
-// together, as they do after a start. An op is one edge's write (fsync
-// included, shared by the tick's writes).
+// together, as they do after a start. An op is one Status call and its
+// write (fsync included, shared by the tick's writes).
 func BenchmarkFlushStatus(b *testing.B) {
 	f, err := fleet.Open(b.TempDir(), fleet.Options{Tick: -1, StatusWriteEvery: time.Nanosecond})
 	if err != nil {
