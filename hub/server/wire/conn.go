@@ -28,6 +28,7 @@ type conn struct {
 	nc   net.Conn        // the socket
 	rw   net.Conn        // nc, or the TLS connection over it
 	tls  *tls.Conn       // nil: plaintext
+	sock *tlsSocket      // what tls reads and writes; nil: plaintext
 	base context.Context // the streams' values: the peer
 
 	// The connection's goroutine only.
@@ -51,8 +52,8 @@ type conn struct {
 	lastStream atomic.Uint32 // the highest stream id the client opened
 	lastRead   atomic.Int64  // UnixNano of the last frame read
 
-	// Once the poller serves the connection (Linux, plaintext): its
-	// socket, and who reads it. rbuf is then small, or big while a frame
+	// Once the poller serves the connection (Linux): its socket, and who
+	// reads it. rbuf is then small, or big while a frame
 	// longer than small is partly read.
 	pfd   atomic.Pointer[pollFD] // set under mu, while no writer runs
 	state atomic.Int32           // stateIdle, stateRunning, stateAgain
@@ -114,7 +115,7 @@ func (c *conn) serve() {
 	setUserTimeout(c.nc, c.s.cfg.KeepaliveTimeout)
 	err := c.start()
 	if err == nil {
-		if p := c.s.poller; p != nil && c.tls == nil && p.add(c) {
+		if p := c.s.poller; p != nil && p.add(c) {
 			return
 		}
 		go c.loop()
@@ -151,9 +152,15 @@ func (c *conn) end(err error) {
 		c.out = appendGoAway(c.out, c.lastStream.Load(), ce.code, ce.why)
 		out := c.out
 		c.out = nil
+		// A polled connection's writer that runs would mix its bytes with
+		// these: the GOAWAY waits for none.
+		busy := pfd != nil && c.writing
+		c.writing = c.writing || pfd != nil
 		c.mu.Unlock()
 		if pfd != nil {
-			pfd.write(out) // what the socket takes now
+			if !busy {
+				c.writePolled(pfd, out) // what the socket takes now
+			}
 		} else {
 			c.rw.SetWriteDeadline(time.Now().Add(time.Second))
 			c.rw.Write(out)
@@ -182,7 +189,8 @@ func (c *conn) start() error {
 	cfg := &c.s.cfg
 	if cfg.TLS != nil {
 		c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
-		tc := tls.Server(c.nc, cfg.TLS)
+		c.sock = &tlsSocket{Conn: c.nc, c: c}
+		tc := tls.Server(c.sock, cfg.TLS)
 		if err := tc.Handshake(); err != nil {
 			if cfg.HandshakeFailed != nil {
 				cfg.HandshakeFailed(c.nc.RemoteAddr(), err)
@@ -534,28 +542,45 @@ func (c *conn) readable() bool {
 // readPolled handles the whole frames in rbuf, then reads the socket
 // into rbuf's room and handles what came, until a read leaves room (the
 // socket had no more: its next bytes are the poller's next event) or
-// finds nothing.
+// finds nothing. Over TLS it reads until the tls.Conn says it needs
+// more than the socket had (errPollAgain): a read returns at most one
+// record, and the next may be read already.
 func (c *conn) readPolled() error {
 	if err := c.frames(); err != nil {
 		return err
 	}
+	if c.sock != nil {
+		c.sock.drained = false
+	}
 	for {
 		room := len(c.rbuf) - c.rend
-		n, err := c.pfd.Load().read(c.rbuf[c.rend:])
+		var n int
+		var err error
+		if c.tls != nil {
+			n, err = c.tls.Read(c.rbuf[c.rend:])
+		} else {
+			n, err = c.pfd.Load().read(c.rbuf[c.rend:])
+		}
+		if n > 0 {
+			c.rend += n
+			c.lastRead.Store(time.Now().UnixNano())
+			if err := c.frames(); err != nil {
+				return err
+			}
+		}
 		switch {
 		case err == errWouldBlock:
+			return nil
+		case err == errPollAgain:
+			if c.sock.pending() {
+				c.flushHere() // the tls.Conn's answer to what it read (a KeyUpdate)
+			}
 			return nil
 		case err != nil:
 			return err
 		case n == 0:
 			return io.EOF
-		}
-		c.rend += n
-		c.lastRead.Store(time.Now().UnixNano())
-		if err := c.frames(); err != nil {
-			return err
-		}
-		if n < room {
+		case c.tls == nil && n < room:
 			return nil
 		}
 	}
@@ -1034,7 +1059,7 @@ func (c *conn) kick() { c.write(true) }
 // goroutine of its own with async, else on the caller's.
 func (c *conn) write(async bool) {
 	c.mu.Lock()
-	if c.writing || c.closed || len(c.out) == 0 {
+	if c.writing || c.closed || !c.queued() {
 		c.mu.Unlock()
 		return
 	}
@@ -1052,9 +1077,9 @@ func (c *conn) write(async bool) {
 func (c *conn) flush() {
 	for {
 		c.mu.Lock()
-		if len(c.out) == 0 || c.closed {
+		if c.closed || !c.queued() {
 			c.writing = false
-			closeNow := c.goingAway && len(c.out) == 0 && len(c.streams) == 0
+			closeNow := c.goingAway && !c.queued() && len(c.streams) == 0
 			c.mu.Unlock()
 			if closeNow {
 				c.close(nil)
@@ -1074,13 +1099,17 @@ func (c *conn) flush() {
 			}
 			continue
 		}
-		n, err := pfd.write(buf)
+		rest, err := c.writePolled(pfd, buf)
 		if err == errWouldBlock {
 			// The socket is full: the poller's word that it has room
 			// again (writable) resumes the writing, unless it came
 			// already.
 			c.mu.Lock()
-			c.out = append(buf[n:len(buf):len(buf)], c.out...)
+			if c.sock != nil {
+				c.sock.unwrite(rest)
+			} else {
+				c.out = append(rest[:len(rest):len(rest)], c.out...)
+			}
 			if c.wevents == events && !c.closed {
 				c.wblocked, c.wblockedAt = true, time.Now()
 				c.mu.Unlock()
@@ -1094,6 +1123,25 @@ func (c *conn) flush() {
 			return
 		}
 	}
+}
+
+// queued says whether something waits to be written. Caller holds c.mu.
+func (c *conn) queued() bool {
+	return len(c.out) > 0 || c.sock != nil && c.sock.pending()
+}
+
+// writePolled writes the frames b to a polled connection's socket, as
+// far as it takes them now (sealed first, over TLS, after the records
+// waiting): what is left (ciphertext over TLS) is rest, with
+// errWouldBlock.
+func (c *conn) writePolled(pfd *pollFD, b []byte) (rest []byte, err error) {
+	if c.sock != nil {
+		if b, err = c.sock.seal(c.tls, b); err != nil {
+			return nil, err
+		}
+	}
+	n, err := pfd.write(b)
+	return b[n:], err
 }
 
 // writable is the poller's word that c's socket has room again.
@@ -1178,7 +1226,7 @@ func (c *conn) goAway(st *status.Status) {
 	}
 	c.queue(func(b []byte) []byte { return appendGoAway(b, c.lastStream.Load(), codeNo, "server shutting down") })
 	c.mu.Lock()
-	idle := !c.writing && len(c.out) == 0 && len(c.streams) == 0
+	idle := !c.writing && !c.queued() && len(c.streams) == 0
 	c.mu.Unlock()
 	if idle {
 		c.close(nil)

@@ -166,7 +166,7 @@ func startRaw(t *testing.T, cfg Config) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewForTest(cfg)
+	s := NewForTest(withTLS(cfg))
 	s.Handle(testMethod, &checkHandler{t: t})
 	done := make(chan struct{})
 	go func() { s.Serve(lis); close(done) }()
@@ -179,12 +179,33 @@ func startRaw(t *testing.T, cfg Config) (*Server, string) {
 
 func dialRaw(t *testing.T, addr string) *rawClient {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	return newRawClient(t, dialTest(t, addr))
+}
+
+// TestPolled: a connection past its first stream leaves its goroutine
+// for the poller, over TLS too (but in the goroutines' run), and is
+// served there: a message sent after is answered.
+func TestPolled(t *testing.T) {
+	s, addr := startRaw(t, Config{})
+	r := dialRaw(t, addr)
+	r.open(1)
+	r.write(message(1, []byte("one"), false))
+	r.waitFor(frameData)
+	want := 1
+	if goroutinesOnly {
+		want = 0
 	}
-	t.Cleanup(func() { c.Close() })
-	return newRawClient(t, c)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().Polled != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections polled, want %d", s.Stats().Polled, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.write(message(1, []byte("two"), false))
+	if f := r.waitFor(frameData); !bytes.Contains(f.p, []byte("two")) {
+		t.Fatalf("answer %q", f.p)
+	}
 }
 
 // TestKeepalive: a silent client is pinged after KeepaliveTime and
@@ -513,16 +534,7 @@ func TestSlowReader(t *testing.T) {
 		}()
 		return done
 	}
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-
-	c := dial()
+	c := dialTest(t, addr)
 	if err := <-send(c); err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +585,7 @@ func TestSlowReader(t *testing.T) {
 		}
 		return false
 	}
-	c = dial()
+	c = dialTest(t, addr)
 	sent := send(c)
 	if !conns(1, 5*time.Second) {
 		t.Fatal("the second connection is not served")
@@ -623,7 +635,7 @@ func TestSlowHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewForTest(Config{})
+	s := NewForTest(withTLS(Config{}))
 	h := &blockingHandler{release: make(chan struct{}), held: make(chan struct{}, 1)}
 	s.Handle(testMethod, h)
 	done := make(chan struct{})

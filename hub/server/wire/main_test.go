@@ -9,11 +9,25 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain runs the tests with the poller serving plaintext connections
-// (Linux), then with a goroutine for each connection, and checks that no
-// goroutine is left.
+// TestMain runs the tests with the poller serving the connections
+// (Linux), then the same over TLS, then with a goroutine for each
+// connection, and checks that no goroutine is left.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if code == 0 {
+		fmt.Println("wire: again, over TLS")
+		dir, err := os.MkdirTemp("", "wire-tls")
+		if err == nil {
+			err = wire.SetTLS(dir)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "TLS run:", err)
+			os.Exit(1)
+		}
+		code = m.Run()
+		os.RemoveAll(dir)
+		wire.SetTLS("")
+	}
 	if code == 0 {
 		fmt.Println("wire: again, a goroutine a connection")
 		wire.SetGoroutinesOnly(true)

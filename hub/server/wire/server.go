@@ -149,6 +149,7 @@ type Stats struct {
 	Accepted  uint64 // connections accepted
 	HandedOff uint64 // connections handed to the fallback
 	Streams   int    // streams open
+	Polled    int    // connections the poller serves (no goroutine of their own)
 }
 
 // ErrServerClosed is what Serve returns after Shutdown.
@@ -252,6 +253,9 @@ func (s *Server) Stats() Stats {
 	st.Conns = len(s.conns)
 	for c := range s.conns {
 		st.Streams += c.openStreams()
+		if c.pfd.Load() != nil {
+			st.Polled++
+		}
 	}
 	return st
 }

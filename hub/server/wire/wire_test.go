@@ -128,6 +128,9 @@ func startServer(t *testing.T, cfg wire.Config, gopts ...grpc.ServerOption) *tes
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.TLS == nil {
+		cfg.TLS = wire.ServerTLSForTest() // the TLS run's
+	}
 	ts := &testServer{w: wire.NewForTest(cfg), e: &echo{}, addr: lis.Addr().String()}
 	ts.w.Handle(echoMethod, ts.e)
 	if cfg.TLS != nil {
@@ -155,7 +158,7 @@ func (ts *testServer) stop(t *testing.T) {
 func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(clientCreds())}
 	}
 	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
@@ -163,6 +166,14 @@ func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// clientCreds are the tests' clients' credentials: TLS in the TLS run.
+func clientCreds() credentials.TransportCredentials {
+	if c := wire.ClientTLSForTest(); c != nil {
+		return credentials.NewTLS(c.Clone())
+	}
+	return insecure.NewCredentials()
 }
 
 func chat(t *testing.T, ctx context.Context, c *grpc.ClientConn, opts ...grpc.CallOption) grpc.ClientStream {
@@ -302,7 +313,7 @@ func TestHandOff(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
-			c, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			c, err := grpc.NewClient(ts.addr, grpc.WithTransportCredentials(clientCreds()))
 			if err != nil {
 				t.Error(err)
 				return
@@ -557,7 +568,7 @@ func TestQueueBound(t *testing.T) {
 	ts := startServer(t, wire.Config{MaxQueued: 256 << 10})
 	ctx := testCtx(t)
 	// A client window of 64 KiB (fixed): the server queues the rest.
-	slow := dial(t, ts.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	slow := dial(t, ts.addr, grpc.WithTransportCredentials(clientCreds()),
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 	s := chat(t, ctx, slow)
 	big := payload(1, 60<<10)
@@ -604,7 +615,7 @@ func TestAcceptOutOfFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := wire.NewForTest(wire.Config{})
+	w := wire.NewForTest(wire.Config{TLS: wire.ServerTLSForTest()})
 	e := &echo{}
 	w.Handle(echoMethod, e)
 	served := make(chan error, 1)
