@@ -1045,7 +1045,9 @@ func (s *scaleSim) run(ctx context.Context, offset, interval time.Duration, sent
 // the window its heap profile (after a collection) and goroutine profile
 // are saved there, and a CPU profile of 30 s after it:
 // hub-CASE-heap.pb.gz, -goroutine.pb.gz and -profile.pb.gz (CASE:
-// perconn=1 and so on).
+// perconn=1 and so on), and a heap profile before the window,
+// -heap0.pb.gz (go tool pprof -sample_index=alloc_space -base
+// heap0 heap: what the window allocated).
 // RUNNEL_HUB_ENV adds NAME=value pairs (space-separated) to the hub's
 // environment, such as GOGC=50.
 func BenchmarkHub10kEdges(b *testing.B) {
@@ -1248,6 +1250,10 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, withUplink bool,
 
 	var cpuPct, rssMB, meanMB, perEdge, statusRate, scrapeMs float64
 	for b.Loop() {
+		if pprofAddr != "" { // the window's allocations: pprof -base heap0 heap
+			name := fmt.Sprintf("hub-%s-heap0.pb.gz", strings.TrimPrefix(b.Name(), "BenchmarkHub10kEdges/"))
+			scaleSaveProfile(b, "http://"+pprofAddr+"/debug/pprof/heap?gc=1", filepath.Join(profDir, name))
+		}
 		// The Go runtime's counters at the start (a scrape before the
 		// window, so that its CPU is not in it).
 		before := scaleScrape(b, web, metricsURL)

@@ -54,10 +54,11 @@ type conn struct {
 
 	// Once the poller serves the connection (Linux): its socket, and who
 	// reads it. rbuf is then small, or big while a frame
-	// longer than small is partly read.
+	// longer than small is partly read, both from pools; none while
+	// nothing of a frame waits (release).
 	pfd   atomic.Pointer[pollFD] // set under mu, while no writer runs
 	state atomic.Int32           // stateIdle, stateRunning, stateAgain
-	small []byte
+	small *[readBufSize]byte
 	big   *[frameHeaderLen + maxFrameSize]byte
 
 	mu         sync.Mutex
@@ -546,6 +547,11 @@ func (c *conn) readable() bool {
 // more than the socket had (errPollAgain): a read returns at most one
 // record, and the next may be read already.
 func (c *conn) readPolled() error {
+	if c.rbuf == nil {
+		c.small = smallPool.Get().(*[readBufSize]byte)
+		c.rbuf = c.small[:]
+	}
+	defer c.release()
 	if err := c.frames(); err != nil {
 		return err
 	}
@@ -620,9 +626,9 @@ func (c *conn) frames() error {
 		to = c.big[:]
 	default:
 		if c.small == nil {
-			c.small = make([]byte, readBufSize)
+			c.small = smallPool.Get().(*[readBufSize]byte)
 		}
-		to = c.small
+		to = c.small[:]
 	}
 	if c.rpos == 0 && len(c.rbuf) > 0 && &to[0] == &c.rbuf[0] {
 		return nil
@@ -636,6 +642,20 @@ func (c *conn) frames() error {
 	}
 	return nil
 }
+
+// release lets a polled connection's buffer go back to the pool when
+// nothing of a frame waits in it, so that 10,000 idle edges hold no read
+// buffer: the workers' turns use the few there are.
+func (c *conn) release() {
+	if c.rpos < c.rend || c.small == nil || c.big != nil {
+		return
+	}
+	smallPool.Put(c.small)
+	c.small, c.rbuf, c.rpos, c.rend = nil, nil, 0, 0
+}
+
+// smallPool holds the read buffers of polled connections.
+var smallPool = sync.Pool{New: func() any { return new([readBufSize]byte) }}
 
 // bigPool holds the buffers of polled connections while a frame longer
 // than readBufSize is partly read.

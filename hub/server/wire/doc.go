@@ -33,12 +33,12 @@
 // queued them when it is the connection's, else by a writer goroutine
 // that lives while there is something to write.
 //
-// # The poller (Linux, plaintext)
+// # The poller (Linux)
 //
 // A goroutine parked in a read costs a wake-up of the Go scheduler, and
 // a read that finds nothing, for every frame: at 10,000 edges that was
-// most of the hub's CPU. So on Linux a plaintext connection, once its
-// first stream is known to be the server's, leaves its goroutine: its
+// most of the hub's CPU. So on Linux a connection, once its first
+// stream is known to be the server's, leaves its goroutine: its
 // socket is dup'ed out of Go's poller into an epoll set of the server's
 // own (edge-triggered), and the net.Conn closed. One goroutine waits on
 // the set; after each look that found events it sleeps PollDelay, so the
@@ -53,9 +53,13 @@
 // read. Writes never wait: what the socket does not take stays queued,
 // the connection's writer waits for the poller's word that the socket
 // has room, and the keepalive sweep closes a connection whose socket
-// took nothing for WriteTimeout. TLS connections keep their goroutine
-// (crypto/tls reads through a net.Conn); so does every connection
-// elsewhere, or with PollDelay negative.
+// took nothing for WriteTimeout. A TLS connection does the same through
+// its tls.Conn, whose net.Conn (tlsSocket) is the socket until then and
+// the dup'ed descriptor after: a read that finds nothing is a temporary
+// error, which crypto/tls does not keep (the part of a record read so far
+// waits in the tls.Conn for the next event), and a write seals into the
+// writer's buffer. Every connection keeps its goroutine elsewhere, or
+// with PollDelay negative.
 //
 // # Invariants
 //

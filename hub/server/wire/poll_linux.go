@@ -66,7 +66,7 @@ func (f *pollFD) write(b []byte) (int, error) {
 	return done, nil
 }
 
-// poller serves plaintext connections past their first stream without a
+// poller serves connections past their first stream without a
 // goroutine each: one goroutine waits on an epoll set of their sockets
 // (edge-triggered), and hands each connection with something to read to
 // a worker, which reads and handles all it has; then the poller sleeps
@@ -147,8 +147,7 @@ func (p *poller) add(c *conn) bool {
 	}
 	c.pfd.Store(&pollFD{fd: fd})
 	c.mu.Unlock()
-	c.small = c.rbuf // start's: frames moves what pending leaves into it
-	c.rbuf, c.rpos, c.rend, c.pending = c.pending, 0, len(c.pending), nil
+	c.rbuf, c.rpos, c.rend, c.pending = c.pending, 0, len(c.pending), nil // start's buffer goes: frames moves what pending leaves into one of the pool's
 	c.nc.Close() // Go's poller lets go of the socket; the dup holds it
 	c.s.work <- task{fn: c.process}
 	return true

@@ -66,12 +66,12 @@ type Config struct {
 	// shrinks to the least, however deep a handler goes. Default 16.
 	Workers int
 
-	// PollDelay is how long the poller that serves plaintext connections
-	// past their first stream (Linux) waits after a round of events
+	// PollDelay is how long the poller that serves connections past
+	// their first stream (Linux) waits after a round of events
 	// before it looks again: the longer, the more of what 10,000 edges
 	// send one wake-up takes, and the later a message is handled (by at
 	// most that). Default 20 ms; negative: no poller, every connection on
-	// a goroutine of its own (as TLS connections are).
+	// a goroutine of its own.
 	PollDelay time.Duration
 
 	// Unhandled, when set, says how a stream of a method without a
