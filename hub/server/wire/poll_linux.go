@@ -147,7 +147,9 @@ func (p *poller) add(c *conn) bool {
 	}
 	c.pfd.Store(&pollFD{fd: fd})
 	c.mu.Unlock()
-	c.rbuf, c.rpos, c.rend, c.pending = c.pending, 0, len(c.pending), nil // start's buffer goes: frames moves what pending leaves into one of the pool's
+	// start's buffer goes: frames moves what pending leaves into one of
+	// the pool's.
+	c.rbuf, c.rpos, c.rend, c.pending = c.pending, 0, len(c.pending), nil
 	c.nc.Close() // Go's poller lets go of the socket; the dup holds it
 	c.s.work <- task{fn: c.process}
 	return true
