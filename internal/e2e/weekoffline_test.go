@@ -626,13 +626,15 @@ func TestWeekOffline(t *testing.T) {
 		w.sampler.worst, shape.diskCap, w.sampler.worst-float64(shape.diskCap), a["runnel_edge_ingest_log_bytes"], a["runnel_edge_state_bytes"],
 		w.sampler.worstAt.Sub(linkBack).Round(time.Millisecond), w.sampler.worstDir, w.sampler.worstState)
 	// The cap counts what the state file holds (its pages less the free
-	// ones), so the file grows past the cap by no more than the edge
-	// passes it, and a commit's new pages; counting the outbox's values
-	// alone, it reached 15.6 MB here. Its free pages it keeps (bbolt never
+	// ones), so the file grows past what the edge counted (bounded
+	// above) by no more than a commit's new pages; counting the outbox's
+	// values alone, it reached 15.6 MB here. (Against the cap itself, +
+	// 2 segments, it failed once under CI's load: 11.96 MB, when the edge
+	// may pass its cap by a third.) Its free pages it keeps (bbolt never
 	// shrinks its file): the directory can pass the cap by those, never by
 	// twice (docs/design.md).
-	if w.sampler.worstState > float64(shape.diskCap+2*shape.segment) {
-		t.Errorf("the state file took %.0f bytes of disk under a %d-byte cap", w.sampler.worstState, shape.diskCap)
+	if w.sampler.worstState > w.sampler.worst+float64(2*shape.segment) {
+		t.Errorf("the state file took %.0f bytes of disk, the edge counting at most %.0f toward its %d-byte cap", w.sampler.worstState, w.sampler.worst, shape.diskCap)
 	}
 	if w.sampler.worstDir > float64(2*shape.diskCap) {
 		t.Errorf("the data directory took %.0f bytes of disk under a %d-byte cap (state file %.0f)", w.sampler.worstDir, shape.diskCap, w.sampler.worstState)
