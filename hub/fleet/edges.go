@@ -47,10 +47,24 @@ func checkLabels(what string, labels map[string]string) error {
 
 // effectiveLabels overlays the hub's labels on the edge's own.
 func effectiveLabels(own, hub map[string]string) map[string]string {
+	if len(hub) == 0 {
+		return own // shared: neither map is changed in place, only replaced
+	}
 	out := make(map[string]string, len(own)+len(hub))
 	maps.Copy(out, own)
 	maps.Copy(out, hub)
 	return out
+}
+
+// afterFunc is context.AfterFunc, through ctx's own AfterFunc when it
+// has one (the hub's wire streams do): context.AfterFunc would make the
+// stream a Done channel and a child context besides, about 400 bytes an
+// edge for as long as it is connected.
+func afterFunc(ctx context.Context, f func()) (stop func() bool) {
+	if a, ok := ctx.(interface{ AfterFunc(func()) func() bool }); ok {
+		return a.AfterFunc(f)
+	}
+	return context.AfterFunc(ctx, f)
 }
 
 // labelText renders labels as "a=1,b=2", sorted, for the audit log.
@@ -131,7 +145,7 @@ func (f *Fleet) Connect(ctx context.Context, edgeID string, reg *runnelv1.Regist
 	cn := &conn{ch: make(chan *runnelv1.DesiredSet, 1), notify: notify}
 	cn.offer(f.desiredSet(e))
 	e.conn = cn
-	cn.stop = context.AfterFunc(ctx, func() { f.disconnect(e.rec.ID, cn) })
+	cn.stop = afterFunc(ctx, func() { f.disconnect(e.rec.ID, cn) })
 	if reg.Status != nil {
 		f.kickEval()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,6 +63,54 @@ func TestConnectAndLabels(t *testing.T) {
 	got, _ = h.GetEdge("e1")
 	if got.Connected || got.Labels["site"] != "plant-9" || got.HubLabels["ring"] != "1" || got.RegisteredMs != registered {
 		t.Fatalf("after reopen: %v", got)
+	}
+}
+
+// streamCtx is a context with an AfterFunc of its own and no Done, as
+// the hub's wire streams are: end runs what was registered.
+type streamCtx struct {
+	context.Context
+	mu sync.Mutex
+	fs []func()
+}
+
+func (c *streamCtx) AfterFunc(f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fs = append(c.fs, f)
+	return func() bool { return false }
+}
+
+func (c *streamCtx) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.fs {
+		go f()
+	}
+}
+
+// TestConnectStreamContext: a stream whose context has its own AfterFunc
+// is ended through it (context.AfterFunc would wait on a Done this one
+// never closes).
+func TestConnectStreamContext(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := &streamCtx{Context: context.Background()}
+	ch, err := h.Connect(ctx, "e1", &runnelv1.Register{EdgeId: "e1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	ctx.end()
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Fatal("a second set")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream is open after its context's AfterFunc ran")
+	}
+	if got, err := h.GetEdge("e1"); err != nil || got.Connected {
+		t.Fatalf("GetEdge: %v, %v", got, err)
 	}
 }
 
