@@ -53,9 +53,9 @@ type conn struct {
 	lastRead   atomic.Int64  // UnixNano of the last frame read
 
 	// Once the poller serves the connection (Linux): its socket, and who
-	// reads it. rbuf is then small, or big while a frame
-	// longer than small is partly read, both from pools; none while
-	// nothing of a frame waits (release).
+	// reads it. rbuf is then small, or big while a frame longer than
+	// small is partly read, both from pools; none while nothing of a
+	// frame waits (release).
 	pfd   atomic.Pointer[pollFD] // set under mu, while no writer runs
 	state atomic.Int32           // stateIdle, stateRunning, stateAgain
 	small *[readBufSize]byte
