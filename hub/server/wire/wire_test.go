@@ -171,7 +171,7 @@ func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 // clientCreds are the tests' clients' credentials: TLS in the TLS run.
 func clientCreds() credentials.TransportCredentials {
 	if c := wire.ClientTLSForTest(); c != nil {
-		return credentials.NewTLS(c.Clone())
+		return credentials.NewTLS(c) // which clones it
 	}
 	return insecure.NewCredentials()
 }
