@@ -1286,9 +1286,13 @@ func benchHubEdges(b *testing.B, hubBin string, n, perConn int, withUplink bool,
 		b.Logf("a scrape of /metrics: %.1f ms, %d bytes, %d lines", scrapeMs, len(body), bytes.Count(body, []byte("\n")))
 		mb := func(name string) float64 { return scaleGauge(body, name) / (1 << 20) }
 		delta := func(name string) float64 { return scaleGauge(body, name) - scaleGauge(before, name) }
-		b.Logf("hub's Go runtime: heap in use %.1f MiB (%.1f allocated, next collection at %.1f), stacks %.1f MiB, %.0f goroutines, %.1f MiB from the OS; "+
+		b.Logf("hub's Go runtime: heap in use %.1f MiB (%.1f allocated, next collection at %.1f), idle %.1f (%.1f of it returned to the OS), "+
+			"stacks %.1f MiB, runtime metadata %.1f (spans %.1f, GC %.1f), %.0f goroutines, %.1f MiB from the OS; "+
 			"over the window %.0f collections, %.2f MiB/s allocated",
-			mb("go_memstats_heap_inuse_bytes"), mb("go_memstats_heap_alloc_bytes"), mb("go_memstats_next_gc_bytes"), mb("go_memstats_stack_inuse_bytes"),
+			mb("go_memstats_heap_inuse_bytes"), mb("go_memstats_heap_alloc_bytes"), mb("go_memstats_next_gc_bytes"),
+			mb("go_memstats_heap_idle_bytes"), mb("go_memstats_heap_released_bytes"), mb("go_memstats_stack_inuse_bytes"),
+			mb("go_memstats_mspan_sys_bytes")+mb("go_memstats_mcache_sys_bytes")+mb("go_memstats_gc_sys_bytes")+mb("go_memstats_other_sys_bytes")+mb("go_memstats_buck_hash_sys_bytes"),
+			mb("go_memstats_mspan_sys_bytes"), mb("go_memstats_gc_sys_bytes"),
 			scaleGauge(body, "go_goroutines"), mb("go_memstats_sys_bytes"),
 			delta("go_gc_duration_seconds_count"), delta("go_memstats_alloc_bytes_total")/(1<<20)/el.Seconds())
 		if pprofAddr != "" {
