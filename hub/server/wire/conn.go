@@ -25,11 +25,14 @@ import (
 // connection's own), or a goroutine started for them (flush).
 type conn struct {
 	s    *Server
-	nc   net.Conn        // the socket
-	rw   net.Conn        // nc, or the TLS connection over it
-	tls  *tls.Conn       // nil: plaintext
-	sock *tlsSocket      // what tls reads and writes; nil: plaintext
-	base context.Context // the streams' values: the peer
+	nc   net.Conn   // the socket
+	rw   net.Conn   // nc, or the TLS connection over it
+	tls  *tls.Conn  // nil: plaintext, or taken over (tlsRecords)
+	sock *tlsSocket // what tls reads and writes; nil: plaintext
+	// tlsrw reads and writes application data: the tls.Conn, or the
+	// records once they took the connection over. nil: plaintext.
+	tlsrw io.ReadWriter
+	base  context.Context // the streams' values: the peer
 
 	// The connection's goroutine only.
 	pending     []byte // read before rw: the frames read while sniffing
@@ -190,16 +193,17 @@ func (c *conn) start() error {
 	cfg := &c.s.cfg
 	if cfg.TLS != nil {
 		c.nc.SetDeadline(time.Now().Add(handshakeTimeout))
-		c.sock = &tlsSocket{Conn: c.nc, c: c}
-		tc := tls.Server(c.sock, cfg.TLS)
+		c.sock = &tlsSocket{Conn: c.nc, c: c, keys: &tlsKeys{}, limit: true}
+		tc := tls.Server(c.sock, c.s.tls)
 		if err := tc.Handshake(); err != nil {
 			if cfg.HandshakeFailed != nil {
 				cfg.HandshakeFailed(c.nc.RemoteAddr(), err)
 			}
 			return err
 		}
+		c.sock.handshaken = true
 		c.nc.SetDeadline(time.Time{})
-		c.rw, c.tls = tc, tc
+		c.rw, c.tls, c.tlsrw = tc, tc, tc
 	}
 	p := &peer.Peer{Addr: c.nc.RemoteAddr(), LocalAddr: c.nc.LocalAddr()}
 	if c.tls != nil {
@@ -220,9 +224,25 @@ func (c *conn) start() error {
 	}
 	if _, ok := c.s.handlers[method]; !ok {
 		c.pending = replay
+		if c.sock != nil {
+			c.sock.takeOver(nil) // the tls.Conn's from now on
+		}
 		return errHandOff
 	}
 	c.pending = replay[len(clientPreface):]
+	if c.sock != nil {
+		r, opened, err := c.sock.takeOver(c.tls)
+		if err != nil {
+			return err
+		}
+		if r != nil {
+			c.pending = append(c.pending, opened...)
+			c.rw, c.tls, c.tlsrw = r, nil, r
+			c.s.mu.Lock()
+			c.s.stats.TLSRecords++
+			c.s.mu.Unlock()
+		}
+	}
 	c.rbuf = make([]byte, readBufSize)
 	c.dec = hpack.NewDecoder(4096, nil)
 	c.dec.SetMaxStringLength(maxHeaderBlock)
@@ -562,8 +582,8 @@ func (c *conn) readPolled() error {
 		room := len(c.rbuf) - c.rend
 		var n int
 		var err error
-		if c.tls != nil {
-			n, err = c.tls.Read(c.rbuf[c.rend:])
+		if c.tlsrw != nil {
+			n, err = c.tlsrw.Read(c.rbuf[c.rend:])
 		} else {
 			n, err = c.pfd.Load().read(c.rbuf[c.rend:])
 		}
@@ -586,7 +606,7 @@ func (c *conn) readPolled() error {
 			return err
 		case n == 0:
 			return io.EOF
-		case c.tls == nil && n < room:
+		case c.tlsrw == nil && n < room:
 			return nil
 		}
 	}
@@ -1156,7 +1176,7 @@ func (c *conn) queued() bool {
 // errWouldBlock.
 func (c *conn) writePolled(pfd *pollFD, b []byte) (rest []byte, err error) {
 	if c.sock != nil {
-		if b, err = c.sock.seal(c.tls, b); err != nil {
+		if b, err = c.sock.seal(c.tlsrw, b); err != nil {
 			return nil, err
 		}
 	}

@@ -206,6 +206,9 @@ func TestPolled(t *testing.T) {
 	if f := r.waitFor(frameData); !bytes.Contains(f.p, []byte("two")) {
 		t.Fatalf("answer %q", f.p)
 	}
+	if got := s.Stats().TLSRecords; serverTLS != nil && got != 1 {
+		t.Errorf("%d TLS connections taken over by the record layer, want 1", got)
+	}
 }
 
 // TestKeepalive: a silent client is pinged after KeepaliveTime and

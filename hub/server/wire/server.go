@@ -127,7 +127,8 @@ type Server struct {
 	cfg      Config
 	handlers map[string]Handler
 	fallback *fallback
-	settings []byte // the server preface: a SETTINGS frame
+	settings []byte      // the server preface: a SETTINGS frame
+	tls      *tls.Config // cfg.TLS, each connection's own key log (recordsTLS)
 
 	work    chan task      // to the workers
 	workers sync.WaitGroup // they end after every connection has
@@ -150,6 +151,10 @@ type Stats struct {
 	HandedOff uint64 // connections handed to the fallback
 	Streams   int    // streams open
 	Polled    int    // connections the poller serves (no goroutine of their own)
+	// TLSRecords counts the TLS connections whose records the server's
+	// own record layer took over from crypto/tls after the handshake
+	// (tlsRecords).
+	TLSRecords uint64
 }
 
 // ErrServerClosed is what Serve returns after Shutdown.
@@ -161,6 +166,9 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, handlers: map[string]Handler{}, conns: map[*conn]struct{}{}, quit: make(chan struct{}),
 		work: make(chan task)}
 	s.fallback = &fallback{conns: make(chan net.Conn), done: make(chan struct{})}
+	if cfg.TLS != nil {
+		s.tls = recordsTLS(cfg.TLS)
+	}
 	// The preface is what grpc-go sends with the hub's options, so that a
 	// connection handed to it sees the same settings twice.
 	s.settings = appendSettings(nil,
