@@ -5,7 +5,7 @@
 // goroutine and its transport state: about 60 KB an edge, 600 MB for
 // 10,000 edges. Here a connection is one goroutine, parked in a read of
 // the next frame header (its stack shrinks to the minimum between
-// frames), or, on Linux without TLS, an entry in an epoll set (below);
+// frames), or, on Linux, an entry in an epoll set (below);
 // a decoder without a dynamic table, and the state of its streams;
 // handlers are callbacks, not goroutines.
 //
@@ -54,12 +54,30 @@
 // the connection's writer waits for the poller's word that the socket
 // has room, and the keepalive sweep closes a connection whose socket
 // took nothing for WriteTimeout. A TLS connection does the same through
-// its tls.Conn, whose net.Conn (tlsSocket) is the socket until then and
-// the dup'ed descriptor after: a read that finds nothing is a temporary
-// error, which crypto/tls does not keep (the part of a record read so far
-// waits in the tls.Conn for the next event), and a write seals into the
-// writer's buffer. Every connection keeps its goroutine elsewhere, or
-// with PollDelay negative.
+// a net.Conn of its own (tlsSocket), the socket until then and the
+// dup'ed descriptor after: a read that finds nothing is a temporary
+// error (errPollAgain), and a write seals into the writer's buffer.
+// Every connection keeps its goroutine elsewhere, or with PollDelay
+// negative.
+//
+// # TLS records
+//
+// crypto/tls does the handshake. Once the first stream's method has a
+// handler, a TLS 1.3 connection's records are the server's own
+// (tlsRecords, RFC 8446 section 5), because a tls.Conn keeps the
+// buffers it grew for life (golang/go#43563): its ClientHello's and its
+// largest record's, 4–33 KB a connection. The records hold two AEADs,
+// and a pooled buffer only while a record is partly read. The traffic
+// secrets come from the handshake's key log (each connection's own
+// Config, from GetConfigForClient); the sequence numbers from counting
+// the records the tls.Conn read and wrote, which tlsSocket hands it one
+// at a time so that it holds no part of one; what it opened and nobody
+// read comes first. The listener sends no session ticket (crypto/tls
+// would seal it during the handshake, uncounted). A peer's KeyUpdate
+// moves the read key (and, asked, the write key after ours); the
+// server updates its own key every 2^24 records. TLS 1.2 connections,
+// and connections handed off, stay the tls.Conn's (Stats.TLSRecords
+// counts the others).
 //
 // # Invariants
 //
