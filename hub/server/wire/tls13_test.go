@@ -59,24 +59,33 @@ func echo(t *testing.T, r *rawClient, v string) {
 	}
 }
 
-// TestTLSKeyUpdate: the server's KeyUpdate asking for the client's (a
-// crypto/tls client, the reference) moves both directions to their
-// next keys, and what follows still goes through both ways.
-func TestTLSKeyUpdate(t *testing.T) {
+// dialTakenOver starts a TLS server, connects a crypto/tls client (the
+// reference) that opens a stream and sends a message, and returns the
+// client, the server's records once they took the connection over, and
+// their write secret then.
+func dialTakenOver(t *testing.T) (*rawClient, *tlsRecords, []byte) {
+	t.Helper()
 	stls, ctls := tlsPair(t)
 	s, addr := startRaw(t, Config{TLS: stls})
 	nc, err := tls.Dial("tcp", addr, ctls)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(func() { nc.Close() })
 	r := newRawClient(t, nc)
 	r.open(1)
-	echo(t, r, "one")
+	echo(t, r, "first")
 	rec := takenOver(t, s)
 	rec.wmu.Lock()
-	out0 := rec.out.secret
-	rec.wmu.Unlock()
+	defer rec.wmu.Unlock()
+	return r, rec, rec.out.secret
+}
+
+// TestTLSKeyUpdate: the server's KeyUpdate asking for the client's (a
+// crypto/tls client, the reference) moves both directions to their
+// next keys, and what follows still goes through both ways.
+func TestTLSKeyUpdate(t *testing.T) {
+	r, rec, out0 := dialTakenOver(t)
 	if err := rec.keyUpdate(true); err != nil {
 		t.Fatal(err)
 	}
@@ -101,20 +110,7 @@ func TestTLSKeyUpdate(t *testing.T) {
 func TestTLSKeyUpdateAfter(t *testing.T) {
 	defer func(n uint64) { keyUpdateAfter = n }(keyUpdateAfter)
 	keyUpdateAfter = 3
-	stls, ctls := tlsPair(t)
-	s, addr := startRaw(t, Config{TLS: stls})
-	nc, err := tls.Dial("tcp", addr, ctls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	r := newRawClient(t, nc)
-	r.open(1)
-	echo(t, r, "first")
-	rec := takenOver(t, s)
-	rec.wmu.Lock()
-	out0 := rec.out.secret
-	rec.wmu.Unlock()
+	r, rec, out0 := dialTakenOver(t)
 	for i := range 20 {
 		echo(t, r, fmt.Sprint("message ", i))
 	}
