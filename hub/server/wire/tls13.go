@@ -53,10 +53,13 @@ type tlsRecords struct {
 	// keyUpdatesIn counts the peer's KeyUpdates (for the tests).
 	keyUpdatesIn atomic.Int32
 
-	wmu     sync.Mutex // seals and hands records to the socket in order
-	out     tlsHalf
-	scratch []byte
+	wmu sync.Mutex // seals and hands records to the socket in order
+	out tlsHalf
 }
+
+// sealPool holds the buffers records are sealed into on their way to
+// the socket: an idle connection keeps none.
+var sealPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // Record sizes (RFC 8446 section 5.1 and 5.2).
 const (
@@ -372,7 +375,8 @@ func (r *tlsRecords) keyUpdate(requested bool) error {
 func (r *tlsRecords) writeRecords(typ byte, b []byte) error {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	out := r.scratch[:0]
+	sp := sealPool.Get().(*[]byte)
+	out := (*sp)[:0]
 	if r.out.seq >= keyUpdateAfter && typ == recordTypeAppData {
 		out = r.seal(out, recordTypeHandshake, []byte{handshakeKeyUpdate, 0, 0, 1, 0})
 		if err := r.out.update(); err != nil {
@@ -380,12 +384,12 @@ func (r *tlsRecords) writeRecords(typ byte, b []byte) error {
 		}
 	}
 	out = r.seal(out, typ, b)
-	if len(out) > maxPlaintext {
-		r.scratch = nil // a big write's buffer is not kept
-	} else {
-		r.scratch = out[:0]
+	_, err := r.sock.Write(out) // which copies it, or writes it whole
+	if cap(out) <= recordBufSize {
+		*sp = out[:0]
+		sealPool.Put(sp) // a bigger write's buffer is not kept
 	}
-	if _, err := r.sock.Write(out); err != nil {
+	if err != nil {
 		return err
 	}
 	if typ == recordTypeHandshake && b[0] == handshakeKeyUpdate {
