@@ -338,7 +338,13 @@ func New(core Core, cfg Config) (*Server, error) {
 		s.innerConn.Close()
 		return nil, err
 	}
-	s.http = &http.Server{Handler: handler, TLSConfig: s.tls, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	// net/http writes to its TLSConfig when it starts (HTTP/2's
+	// protocols), which the wire server's handshakes read: its own copy.
+	var httpTLS *tls.Config
+	if s.tls != nil {
+		httpTLS = s.tls.Clone()
+	}
+	s.http = &http.Server{Handler: handler, TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	return s, nil
 }
 

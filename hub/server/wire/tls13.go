@@ -453,6 +453,7 @@ func (k *tlsKeys) Write(line []byte) (int, error) {
 // the handshake ends, and which edges do not need: they reconnect
 // rarely). What base's GetConfigForClient returns gets the same.
 func recordsTLS(base *tls.Config) *tls.Config {
+	base = base.Clone() // what the caller changes later is not read here
 	cfg := base.Clone()
 	cfg.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
 		c := base
