@@ -546,6 +546,7 @@ func (n *node) run(ctx context.Context) error {
 		}
 	}
 	mc.MaxMessage = n.maxRecord // a longer payload is kept as an oversized record's start
+	mc.Idle = n.idle
 	if mc.Logger == nil {
 		mc.Logger = n.lg
 	}
@@ -628,17 +629,14 @@ func (n *node) handle(b *mqtt.Batch) {
 	n.appendClock(now)
 	bounded := true
 	for {
-		// The batch is committed here, on the source's reader: the
-		// committer goroutine is not woken for it, and the acks leave
-		// from the goroutine that owns the connection.
-		n.log.BeginCommit()
+		// The batch is committed by the group commit, once the oldest
+		// record has waited ingest_log.sync_delay, or on the reader when
+		// the connection falls silent (idle): one fsync for the reads of
+		// up to sync_delay, where each read's batch took its own.
 		i, last, appended, err := n.appendMessages(b.Messages, bounded)
 		head, tail := b.Split(i)
 		if err == nil && appended {
 			n.acks.push(pendingAck{last: last, mqtt: head})
-		}
-		if cerr := n.log.Commit(); err == nil {
-			err = cerr
 		}
 		if err != nil {
 			// The log has failed: the node stops, and the broker
@@ -669,6 +667,21 @@ func (n *node) handle(b *mqtt.Batch) {
 		default:
 		}
 	}
+}
+
+// idle is the MQTT source's word that its connection fell silent after
+// the batches it handed over: what they appended is committed now, so
+// that their acknowledgements do not wait the rest of the group's delay
+// (the broker may be waiting for them to send more: its window of
+// unacknowledged messages, which with MQTT 3.1.1 the edge does not
+// know, is Mosquitto's max_inflight_messages, 20 by default).
+func (n *node) idle() {
+	n.log.BeginCommit()
+	if err := n.log.Commit(); err != nil {
+		n.lg.Error("edge: ingest log commit; the broker will redeliver", "err", err)
+		return
+	}
+	n.acks.durable(n.log.Durable())
 }
 
 // appendMessages appends msgs to the ingest log until, when bounded, the

@@ -43,7 +43,7 @@ func wantDefaults(host string) *Config {
 			BatchWait:      5 * time.Millisecond,
 		},
 		Checkpoint:      Checkpoint{Interval: time.Second},
-		IngestLog:       IngestLog{SegmentSize: 64 << 20, SpareSegments: 1, Sync: SyncGroup, SyncDelay: 2 * time.Millisecond, Compression: CompressionNone, MaxLag: 100000},
+		IngestLog:       IngestLog{SegmentSize: 64 << 20, SpareSegments: 1, Sync: SyncGroup, SyncDelay: 20 * time.Millisecond, Compression: CompressionNone, MaxLag: 100000},
 		DiskCap:         DiskCap{Bytes: 1 << 30, Policy: PolicyBlock},
 		SideOutputs:     SideOutputs{MaxBytes: 64 << 20, MaxAge: 7 * 24 * time.Hour},
 		Dedup:           Dedup{IDs: 16384},

@@ -99,6 +99,14 @@ type Config struct {
 	// per message. It adds at most BatchWait to a message's latency.
 	// Default 5ms; negative: no wait (every read is delivered at once).
 	BatchWait time.Duration
+	// Idle, when set, is called on the reader when the connection is
+	// silent after messages were handed to the handler: a read finds
+	// nothing within idleProbe (1 ms), so the broker has sent what it
+	// will for now (a burst ended, or its window of unacknowledged
+	// messages is full). A handler that leaves its acknowledgements to a
+	// group commit commits there, so that the broker is not kept waiting
+	// for the rest of the group's delay.
+	Idle func()
 	// MaxMessage is the longest payload the source reads whole. A longer
 	// message is delivered with only the start of its payload
 	// (Message.Size says how long it was) and the rest skipped. Default

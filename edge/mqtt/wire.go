@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 	"unsafe"
 )
@@ -19,6 +20,10 @@ import (
 // latency is at most BatchWait). PUBREL (the broker's second step of a
 // QoS 2 delivery) is answered with PUBCOMP here too; every other packet is
 // queued for the client library (bufConn.Read).
+
+// idleProbe is how long a read waits, after messages were handled,
+// before the source calls Config.Idle: the connection is silent.
+const idleProbe = time.Millisecond
 
 // MQTT control packet types (MQTT v5 §2.1.2, the same in v3.1.1).
 const (
@@ -148,7 +153,8 @@ func (s *Source) read(c *bufConn, gen uint64) error {
 	buf := make([]byte, minReadBuffer)
 	var start, end int // unread bytes: buf[start:end]
 	var msgs []Message
-	discard := 0 // bytes of an over-long packet still to skip
+	discard := 0     // bytes of an over-long packet still to skip
+	handled := false // messages handed to the handler since the last Idle
 	for {
 		if start == end {
 			start, end = 0, 0
@@ -156,7 +162,19 @@ func (s *Source) read(c *bufConn, gen uint64) error {
 			end = copy(buf, buf[start:end])
 			start = 0
 		}
+		probe := handled && s.cfg.Idle != nil
+		if probe {
+			c.Conn.SetReadDeadline(time.Now().Add(idleProbe))
+		}
 		n, err := c.Conn.Read(buf[end:])
+		if probe {
+			c.Conn.SetReadDeadline(time.Time{})
+			if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+				handled = false
+				s.cfg.Idle()
+				continue
+			}
+		}
 		if n == 0 && err != nil {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
@@ -235,6 +253,7 @@ func (s *Source) read(c *bufConn, gen uint64) error {
 		}
 		if len(msgs) > 0 {
 			s.handle(gen, msgs)
+			handled = true
 		}
 		if err != nil {
 			return err
