@@ -114,6 +114,12 @@ type node struct {
 	// record being appended.
 	appendMu sync.Mutex
 	rec      []byte
+	// The MQTT reader's: the position after the last record it appended,
+	// and the broker's window of unacknowledged messages (MQTT v5's
+	// receive maximum; 0 with 3.1.1, whose broker's the edge does not
+	// know). See idle.
+	readEnd ingestlog.Position
+	window  int
 	// intakeSubs are the topic filters the embedded broker's intake takes.
 	intakeSubs atomic.Pointer[[]mqtt.Subscription]
 	last       checkpoint.Meta // the last committed checkpoint
@@ -547,6 +553,9 @@ func (n *node) run(ctx context.Context) error {
 	}
 	mc.MaxMessage = n.maxRecord // a longer payload is kept as an oversized record's start
 	mc.Idle = n.idle
+	if mc.Protocol != mqtt.ProtocolV311 {
+		n.window = int(cmp.Or(mc.ReceiveMaximum, mqtt.DefaultReceiveMaximum))
+	}
 	if mc.Logger == nil {
 		mc.Logger = n.lg
 	}
@@ -637,6 +646,7 @@ func (n *node) handle(b *mqtt.Batch) {
 		head, tail := b.Split(i)
 		if err == nil && appended {
 			n.acks.push(pendingAck{last: last, mqtt: head})
+			n.readEnd = last + 1
 		}
 		if err != nil {
 			// The log has failed: the node stops, and the broker
@@ -670,12 +680,18 @@ func (n *node) handle(b *mqtt.Batch) {
 }
 
 // idle is the MQTT source's word that its connection fell silent after
-// the batches it handed over: what they appended is committed now, so
-// that their acknowledgements do not wait the rest of the group's delay
-// (the broker may be waiting for them to send more: its window of
-// unacknowledged messages, which with MQTT 3.1.1 the edge does not
-// know, is Mosquitto's max_inflight_messages, 20 by default).
+// the batches it handed over. When the broker may be waiting for their
+// acknowledgements to send more (its window of unacknowledged messages
+// is half full or more; with MQTT 3.1.1 the edge does not know it, and
+// Mosquitto's max_inflight_messages is 20 by default), what they
+// appended is committed now rather than after the rest of the group's
+// delay. A silence without that (a burst ended; a loaded machine's
+// broker slow to send) leaves it to the group commit, within
+// ingest_log.sync_delay.
 func (n *node) idle() {
+	if n.window > 0 && int64(n.readEnd)-int64(n.log.Durable()) < int64(n.window)/2 {
+		return
+	}
 	n.log.BeginCommit()
 	if err := n.log.Commit(); err != nil {
 		n.lg.Error("edge: ingest log commit; the broker will redeliver", "err", err)
