@@ -175,7 +175,7 @@ func (h *tlsHalf) nonce() [12]byte {
 
 var (
 	errRecordMAC      = errors.New("wire: tls: a record did not authenticate (bad_record_mac)")
-	errRecordOverflow = errors.New("wire: tls: a record longer than 2^14+256 bytes (record_overflow)")
+	errRecordOverflow = errors.New("wire: tls: a record longer than 2^14+256 bytes, or its plaintext than 2^14+1 (record_overflow)")
 )
 
 // Read reads application data: from what is opened already, then from
@@ -247,6 +247,9 @@ func (r *tlsRecords) open() (bool, error) {
 	}
 	r.in.seq++
 	r.start += recordHeaderLen + length
+	if len(plain) > maxPlaintext+1 {
+		return false, errRecordOverflow
+	}
 	// The inner plaintext: content, its type, zeros.
 	i := len(plain) - 1
 	for i >= 0 && plain[i] == 0 {

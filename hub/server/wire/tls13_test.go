@@ -3,6 +3,8 @@ package wire
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -222,6 +224,23 @@ func TestRecordsRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRecordsOverflow: a record whose plaintext is longer than 2^14
+// bytes and its content type is refused (record_overflow), though its
+// ciphertext is within 2^14+256.
+func TestRecordsOverflow(t *testing.T) {
+	var stream bytes.Buffer
+	w, r, _ := recordPair(t, tls.TLS_AES_128_GCM_SHA256, &stream)
+	inner := append(bytes.Repeat([]byte{'x'}, maxPlaintext+1), recordTypeAppData)
+	hdr := []byte{recordTypeAppData, 3, 3, 0, 0}
+	binary.BigEndian.PutUint16(hdr[3:], uint16(len(inner)+w.out.aead.Overhead()))
+	nonce := w.out.nonce()
+	stream.Write(hdr)
+	stream.Write(w.out.aead.Seal(nil, nonce[:], inner, hdr))
+	if _, err := io.ReadAll(r); !errors.Is(err, errRecordOverflow) {
+		t.Fatalf("read %v, want record_overflow", err)
 	}
 }
 
