@@ -89,7 +89,8 @@
 // machines a wake-up costs more than decoding a message, so CPU per
 // message follows messages per wake-up. After a batch, a read that finds
 // nothing within 1 ms calls Config.Idle: the edge commits there what it
-// left to its group commit. PUBREL is answered with PUBCOMP there. The client libraries see every other packet (CONNACK, SUBACK,
+// left to its group commit when the broker may be waiting for the
+// acknowledgements. PUBREL is answered with PUBCOMP there. The client libraries see every other packet (CONNACK, SUBACK,
 // PINGRESP, the acks of our own publishes) through bufConn.Read, and do
 // what they are good at: the handshake, keep-alive, SUBSCRIBE and
 // publishing. A library that reads packet by packet costs a wake-up, a
