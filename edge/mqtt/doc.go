@@ -87,11 +87,11 @@
 // its PUBACKs). Between reads it waits Config.BatchWait (5 ms) when a read
 // did not fill its buffer, so that more messages share a wake-up: on these
 // machines a wake-up costs more than decoding a message, so CPU per
-// message follows messages per wake-up. After a batch, a read that finds
-// nothing within 1 ms calls Config.Idle: the edge commits there what it
-// left to its group commit when the broker may be waiting for the
-// acknowledgements. PUBREL is answered with PUBCOMP there. The client libraries see every other packet (CONNACK, SUBACK,
-// PINGRESP, the acks of our own publishes) through bufConn.Read, and do
+// message follows messages per wake-up. The reader answers PUBREL with
+// PUBCOMP itself. After a batch, a read that finds nothing within 1 ms
+// calls Config.Idle: the edge commits there what it left to its group
+// commit when the broker may be waiting for the acknowledgements. The
+// client libraries see every other packet (CONNACK, SUBACK, PINGRESP, the acks of our own publishes) through bufConn.Read, and do
 // what they are good at: the handshake, keep-alive, SUBSCRIBE and
 // publishing. A library that reads packet by packet costs a wake-up, a
 // goroutine hand-off and several allocations per message (paho.golang's
