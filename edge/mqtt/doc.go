@@ -91,8 +91,9 @@
 // PUBCOMP itself. After a batch, a read that finds nothing within 1 ms
 // calls Config.Idle: the edge commits there what it left to its group
 // commit when the broker may be waiting for the acknowledgements. The
-// client libraries see every other packet (CONNACK, SUBACK, PINGRESP, the acks of our own publishes) through bufConn.Read, and do
-// what they are good at: the handshake, keep-alive, SUBSCRIBE and
+// client libraries see every other packet (CONNACK, SUBACK, PINGRESP,
+// the acks of our own publishes) through bufConn.Read, and do what they
+// are good at: the handshake, keep-alive, SUBSCRIBE and
 // publishing. A library that reads packet by packet costs a wake-up, a
 // goroutine hand-off and several allocations per message (paho.golang's
 // reader was a third of the edge's CPU).
