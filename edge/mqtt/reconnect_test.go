@@ -21,6 +21,11 @@ func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // in a synctest bubble, where time is fake and a real socket would not do.
 // The first failFirst dials fail; later ones get a connection whose broker
 // side answers CONNECT, SUBSCRIBE and PINGREQ and records every packet.
+//
+// One goroutine a connection writes the broker's side of the pipe, the
+// replies and the test's publishes alike: a goroutine waiting for a write
+// lock is not durably blocked, so a lock there could stop fake time while
+// its holder waits for a reader that only fake time wakes.
 type scriptedBroker struct {
 	t         *testing.T
 	failFirst int
@@ -28,7 +33,7 @@ type scriptedBroker struct {
 
 	mu    sync.Mutex
 	dials []time.Time
-	conns []net.Conn // broker side, one per successful dial
+	conns []*brokerConn // broker side, one per successful dial
 	seen  []*packets.ControlPacket
 	wg    sync.WaitGroup
 }
@@ -41,15 +46,50 @@ func (b *scriptedBroker) dial(_ context.Context, _ *url.URL) (net.Conn, error) {
 		return nil, errors.New("connection refused (scripted)")
 	}
 	client, server := net.Pipe()
-	server = packets.NewThreadSafeConn(server)
-	b.conns = append(b.conns, server)
-	b.wg.Add(1)
-	go b.serve(server)
+	c := &brokerConn{Conn: server, out: make(chan *packets.ControlPacket), done: make(chan struct{})}
+	b.conns = append(b.conns, c)
+	b.wg.Add(2)
+	go b.serve(c)
+	go b.write(c)
 	return client, nil
 }
 
-func (b *scriptedBroker) serve(c net.Conn) {
+// brokerConn is the broker's side of one connection: out carries the
+// packets to write, done closes when serve returns.
+type brokerConn struct {
+	net.Conn
+	out  chan *packets.ControlPacket
+	done chan struct{}
+}
+
+// write is the connection's only writer.
+func (b *scriptedBroker) write(c *brokerConn) {
 	defer b.wg.Done()
+	for {
+		select {
+		case cp := <-c.out:
+			if _, err := cp.WriteTo(c.Conn); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+				b.t.Errorf("write %v: %v", cp, err)
+			}
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// send hands a packet to the connection's writer; false once it is gone.
+func (c *brokerConn) send(cp *packets.ControlPacket) bool {
+	select {
+	case c.out <- cp:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+func (b *scriptedBroker) serve(c *brokerConn) {
+	defer b.wg.Done()
+	defer close(c.done)
 	defer c.Close()
 	for {
 		cp, err := packets.ReadPacket(c)
@@ -84,10 +124,8 @@ func (b *scriptedBroker) serve(c net.Conn) {
 		case *packets.Disconnect:
 			return
 		}
-		if reply != nil {
-			if _, err := reply.WriteTo(c); err != nil {
-				return
-			}
+		if reply != nil && !c.send(reply) {
+			return
 		}
 	}
 }
@@ -100,9 +138,7 @@ func (b *scriptedBroker) publish(id uint16, payload string) {
 	cp := packets.NewControlPacket(packets.PUBLISH)
 	p := cp.Content.(*packets.Publish)
 	p.Topic, p.Payload, p.QoS, p.PacketID = "s/1", []byte(payload), 1, id
-	if _, err := cp.WriteTo(c); err != nil && !errors.Is(err, io.ErrClosedPipe) {
-		b.t.Errorf("publish: %v", err)
-	}
+	c.send(cp)
 }
 
 // drop closes the newest connection from the broker side.
