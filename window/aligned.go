@@ -82,7 +82,14 @@ func (o *Operator) newChunk(sb *slab, c int) *chunk {
 	for len(sb.chunks) <= c {
 		sb.chunks = append(sb.chunks, nil)
 	}
-	ch := &chunk{states: o.aggs.NewStates(minChunkStates)}
+	var ch *chunk
+	if n := len(o.freeChunks); n > 0 {
+		ch = o.freeChunks[n-1]
+		o.freeChunks[n-1] = nil
+		o.freeChunks = o.freeChunks[:n-1]
+	} else {
+		ch = &chunk{states: o.aggs.NewStates(minChunkStates)}
+	}
 	sb.chunks[c] = ch
 	return ch
 }
@@ -441,22 +448,39 @@ func heldIn(c int, slabs []*slab) (held [chunkSize / 64]uint64) {
 	return held
 }
 
-// recycle empties sb and keeps it for reuse.
+// recycle empties sb and keeps it for reuse. Its chunks go to a pool that
+// any slab's next new chunk draws from, trimmed to as many as sb held: a
+// chunk's place in the key space is no guide to its use in the next slice
+// (eviction and reloads scatter keys), so chunks are reused wherever keys
+// arrive, and one whose slice used a quarter of the room it had grown to
+// comes back with room for what was used.
 func (o *Operator) recycle(sb *slab) {
 	if o.last.sb == sb {
 		o.last = lastSlice{}
 	}
-	for _, ch := range sb.chunks {
-		if ch == nil || ch.n == 0 {
+	held := 0
+	for c, ch := range sb.chunks {
+		if ch == nil {
 			continue
 		}
-		for j := range ch.n { // the partials in use are slots 0..n-1: reset them in memory order
-			st := ch.states.At(j)
-			o.aggs.Reset(&st)
+		sb.chunks[c] = nil
+		held++
+		if ch.n*4 <= ch.states.Len() && ch.states.Len() > minChunkStates {
+			ch.states = o.aggs.NewStates(max(minChunkStates, 2*ch.n))
+		} else {
+			for j := range ch.n { // the partials in use are slots 0..n-1: reset them in memory order
+				st := ch.states.At(j)
+				o.aggs.Reset(&st)
+			}
 		}
 		ch.bits = [chunkSize / 64]uint64{}
 		ch.dirty = [chunkSize / 64]uint64{}
 		ch.n = 0
+		o.freeChunks = append(o.freeChunks, ch)
+	}
+	if len(o.freeChunks) > held {
+		clear(o.freeChunks[held:])
+		o.freeChunks = o.freeChunks[:held]
 	}
 	o.freeSlabs = append(o.freeSlabs, sb)
 }

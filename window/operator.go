@@ -68,6 +68,7 @@ type Operator struct {
 	// aligned windows
 	slabs        []*slab // live slabs, ordered by end
 	freeSlabs    []*slab
+	freeChunks   []*chunk // recycle's pool for newChunk
 	last         lastSlice
 	blocks       []*slab // sliding: merged runs of blockLen/g slices, ordered by end
 	blockLen     int64   // ms covered by one block; 0 when windows have too few slices
