@@ -1038,7 +1038,7 @@ func (n *node) pump(ctx context.Context, drain <-chan struct{}) error {
 	// state.max_resident_keys when new keys come faster than checkpoints:
 	// keys wait in memory for the checkpoint that stores them, so it
 	// injects a barrier before the interval's (at most every eighth of an
-	// interval), and with twice the bound and a barrier in flight it waits
+	// interval), and with half again the bound and a barrier in flight it waits
 	// for the commit: memory over throughput.
 	lastBudget := time.Now()
 	budgetBarrier := func() error {

@@ -127,8 +127,8 @@ type Runtime struct {
 // hold, against Options.MaxResident: keys wait in memory for the
 // checkpoint that stores them, so a source that brings new keys faster
 // than checkpoints come should inject a barrier now (Checkpoint: more than
-// half again the bound, every barrier so far committed), or, with twice
-// the bound and a barrier not committed yet, wait for the commit before it
+// a quarter again the bound, every barrier so far committed), or, with half
+// again the bound and a barrier not committed yet, wait for the commit before it
 // ingests more (Wait, and wake on Committed's signal). When an early
 // checkpoint let fewer than an eighth of the bound go, the keys are held
 // for windows still to fire: Budget then says OK until they are within the
@@ -151,7 +151,7 @@ func (r *Runtime) Budget() Budget {
 		return BudgetOK
 	}
 	switch {
-	case r.committed.Load() >= r.epoch && n > bound*3/2:
+	case r.committed.Load() >= r.epoch && n > bound*5/4:
 		// An early checkpoint asked for is judged once it was injected
 		// (the source may put off a barrier asked for), committed, and
 		// every worker has had a batch since to evict what it let go;
@@ -169,7 +169,7 @@ func (r *Runtime) Budget() Budget {
 		}
 		r.budget = budgetState{asked: true, evicted: ev, at: r.epoch}
 		return BudgetCheckpoint
-	case r.committed.Load() < r.epoch && n > 2*bound:
+	case r.committed.Load() < r.epoch && n > bound*3/2:
 		return BudgetWait
 	}
 	return BudgetOK
