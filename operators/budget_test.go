@@ -63,16 +63,24 @@ func TestBudget(t *testing.T) {
 	if got := rt.Budget(); got != operators.BudgetOK {
 		t.Fatalf("no keys: %v", got)
 	}
-	ingest(0, 160)
+	ingest(0, 125)
+	if got := rt.Budget(); got != operators.BudgetOK {
+		t.Fatalf("125 keys of a bound of 100: %v, want OK (a checkpoint past a quarter again)", got)
+	}
+	ingest(125, 130)
 	if got := rt.Budget(); got != operators.BudgetCheckpoint {
-		t.Fatalf("160 keys of a bound of 100: %v, want a checkpoint", got)
+		t.Fatalf("130 keys of a bound of 100: %v, want a checkpoint", got)
 	}
 	if err := rt.Barrier(1); err != nil {
 		t.Fatal(err)
 	}
-	ingest(160, 210)
+	ingest(130, 150)
+	if got := rt.Budget(); got != operators.BudgetOK {
+		t.Fatalf("150 keys, checkpoint in flight: %v, want OK (a wait past half again)", got)
+	}
+	ingest(150, 160)
 	if got := rt.Budget(); got != operators.BudgetWait {
-		t.Fatalf("210 keys, checkpoint in flight: %v, want to wait", got)
+		t.Fatalf("160 keys, checkpoint in flight: %v, want to wait", got)
 	}
 	signal := rt.CommitSignal()
 	rt.Committed(1)
@@ -87,8 +95,8 @@ func TestBudget(t *testing.T) {
 	}
 	// A batch of known keys after it: no key was evictable (their window
 	// is still open), so no more early checkpoints, however many keys.
-	ingest(0, 210)
-	ingest(210, 400)
+	ingest(0, 160)
+	ingest(160, 400)
 	if got := rt.Budget(); got != operators.BudgetOK {
 		t.Fatalf("after a checkpoint that let no key go: %v, want OK", got)
 	}
