@@ -1,41 +1,13 @@
 package state_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 
+	"github.com/runnel-io/runnel/internal/testproc"
 	"github.com/runnel-io/runnel/state"
 )
-
-// mappedKiB returns how much of path this process has resident through
-// mappings (the Rss lines of /proc/self/smaps for it).
-func mappedKiB(t *testing.T, path string) int {
-	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		t.Skipf("no smaps: %v", err)
-	}
-	defer f.Close()
-	total, in := 0, false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if fields := strings.Fields(line); len(fields) > 0 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
-			in = len(fields) >= 6 && fields[len(fields)-1] == path
-			continue
-		}
-		if in && strings.HasPrefix(line, "Rss:") {
-			kb, _ := strconv.Atoi(strings.Fields(line)[1])
-			total += kb
-		}
-	}
-	return total
-}
 
 // fillOutbox writes 4,000 entries of value (12 MB of 3,000-byte values)
 // to the outbox of a new store, and returns it and its file.
@@ -85,14 +57,14 @@ func TestReleasePages(t *testing.T) {
 		}
 	}
 	readAll()
-	before := mappedKiB(t, path)
+	before := testproc.MappedKiB(t, path)
 	if before < 8000 {
 		t.Fatalf("reading 12 MB mapped only %d KiB of the file: the test no longer measures anything", before)
 	}
 	if err := s.ReleasePages(); err != nil {
 		t.Fatal(err)
 	}
-	if after := mappedKiB(t, path); after > before/10 {
+	if after := testproc.MappedKiB(t, path); after > before/10 {
 		t.Fatalf("resident after ReleasePages: %d KiB (before: %d KiB)", after, before)
 	}
 	readAll() // the data is still there, read back through the mapping
@@ -125,7 +97,7 @@ func TestReleaseOver(t *testing.T) {
 				}
 			}
 			if n%200 == 0 {
-				peak = max(peak, mappedKiB(t, path))
+				peak = max(peak, testproc.MappedKiB(t, path))
 			}
 			return nil
 		})

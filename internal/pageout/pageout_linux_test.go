@@ -1,42 +1,16 @@
 package pageout
 
 import (
-	"bufio"
 	"os"
 	"reflect"
-	"strconv"
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/runnel-io/runnel/internal/testproc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// residentKiB returns how much of path this process has resident in its
-// read-only mappings of it (the Rss lines of /proc/self/smaps).
-func residentKiB(t *testing.T, path string) int {
-	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		t.Skipf("no smaps: %v", err)
-	}
-	defer f.Close()
-	total, in := 0, false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if fields := strings.Fields(line); len(fields) >= 2 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
-			in = len(fields) >= 6 && strings.Join(fields[5:], " ") == path && fields[1][1] != 'w'
-			continue
-		}
-		if in && strings.HasPrefix(line, "Rss:") {
-			kb, _ := strconv.Atoi(strings.Fields(line)[1])
-			total += kb
-		}
-	}
-	return total
-}
 
 // The test binary's text and rodata that the test run touched leave the
 // process's resident set. (The pages the test touches again after the
@@ -46,7 +20,7 @@ func TestExecutable(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	before := residentKiB(t, exe)
+	before := testproc.MappedKiB(t, exe)
 	if before < 1024 {
 		t.Fatalf("%d KiB of the test binary resident before: want the pages start-up touched", before)
 	}
@@ -54,7 +28,7 @@ func TestExecutable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := residentKiB(t, exe)
+	after := testproc.MappedKiB(t, exe)
 	t.Logf("resident %d KiB before, %d KiB after (advised %d KiB)", before, after, advised>>10)
 	if advised < int64(before)<<10 {
 		t.Errorf("advised %d bytes, less than the %d KiB resident", advised, before)
