@@ -453,7 +453,7 @@ func heldIn(c int, slabs []*slab) (held [chunkSize / 64]uint64) {
 // chunk's place in the key space is no guide to its use in the next slice
 // (eviction and reloads scatter keys), so chunks are reused wherever keys
 // arrive, and one whose slice used a quarter of the room it had grown to
-// comes back with room for what was used.
+// comes back with room for twice what was used.
 func (o *Operator) recycle(sb *slab) {
 	if o.last.sb == sb {
 		o.last = lastSlice{}
